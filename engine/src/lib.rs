@@ -1,0 +1,19 @@
+//! The oomlens engine: everything about PyTorch CUDA memory snapshots and OOM messages, as a pure,
+//! synchronous library. No IO beyond `&[u8]` / `Read`, no async, no database.
+//!
+//! Data flows one way:
+//!
+//! ```text
+//!  bytes (pickle | pickle.gz | JSON | OOM log text)
+//!    │  pickle / oomtext            safe readers: never execute, bounded memory
+//!    ▼
+//!  Snapshot { segments, traces, settings }   frames interned (shared, not copied)
+//!    │  analysis                    timeline, peak, OOM, categories, sites, fragmentation
+//!    ▼
+//!  Report (serde) ──► CLI text / JSON
+//! ```
+#![deny(missing_docs)]
+
+pub mod units;
+
+pub use units::{Bytes, SizeError};

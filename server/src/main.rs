@@ -1,0 +1,2 @@
+//! The `oomlens` binary.
+fn main() {}
