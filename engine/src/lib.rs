@@ -14,6 +14,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod pickle;
 pub mod units;
 
 pub use units::{Bytes, SizeError};

@@ -1,0 +1,786 @@
+//! A safe, streaming pickle reader: bytes in, [`Value`] out. It never executes anything.
+//!
+//! Only the opcodes that build plain data are run (dicts, lists, tuples, sets, str, bytes, int of
+//! any width, float, bool, None, the memo and framing of protocols 0–5). Opcodes that import or call
+//! (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`, `INST`, `OBJ`, `NEWOBJ`, `NEWOBJ_EX`, `EXT*`,
+//! persistent ids, out-of-band buffers) and unknown bytes are refused with an error that names the
+//! opcode and its byte offset.
+//!
+//! Bounded by [`Limits`]: nesting depth, stack size, memo size, string length, and the number of bytes
+//! read. The reader works on a stack of its own, never by recursion, so hostile nesting cannot
+//! overflow the thread's stack, and a container's depth is checked when it is stored.
+//!
+//! For large snapshots the reader streams: a [`Visitor`] gives each container a role when it is
+//! created (from its parent's role and its key) and may *take* the elements of a list as they are
+//! appended, so a trace of a million entries is turned into typed records on the fly instead of
+//! being held as a tree of dicts.
+
+mod ops;
+mod value;
+
+use std::io::Read;
+use std::rc::Rc;
+
+pub use value::{Container, Role, Value};
+
+/// Bounds on what one pickle may make the reader hold or do. Every bound fails with a clear error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Deepest nesting of containers (a dict in a list in a dict … counts 3).
+    pub max_depth: u32,
+    /// Most values on the reader's stack at once.
+    pub max_stack: usize,
+    /// Most memo entries.
+    pub max_memo: usize,
+    /// Longest single string or bytes object.
+    pub max_string_bytes: u64,
+    /// Most bytes of (unpacked) pickle data read in all.
+    pub max_input_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_depth: 256,
+            max_stack: 1 << 22,
+            max_memo: 1 << 28,
+            max_string_bytes: 1 << 28,
+            max_input_bytes: 16 << 30,
+        }
+    }
+}
+
+/// Why a pickle could not be read, and where.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{kind} (byte {offset})")]
+pub struct PickleError {
+    /// Byte offset of the opcode being run when the error happened (in the unpacked data).
+    pub offset: u64,
+    /// What went wrong.
+    pub kind: PickleErrorKind,
+}
+
+/// The kinds of [`PickleError`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PickleErrorKind {
+    /// An opcode that would import, call or build an arbitrary object.
+    #[error("refused opcode {0}: it would execute code or build an arbitrary object; a snapshot never needs it")]
+    Refused(&'static str),
+    /// A byte that is no opcode at all.
+    #[error("unknown opcode 0x{0:02x}")]
+    UnknownOpcode(u8),
+    /// An opcode this reader does not implement (legal but never found in snapshots).
+    #[error("unsupported opcode {0}")]
+    Unsupported(&'static str),
+    /// `PROTO` named a protocol above 5.
+    #[error("unsupported pickle protocol {0} (protocols 0 to 5 are read)")]
+    Protocol(u8),
+    /// The input ended inside an opcode or before `STOP`.
+    #[error("input ends early: {0}")]
+    Truncated(String),
+    /// Reading the input failed.
+    #[error("read failed: {0}")]
+    Io(String),
+    /// An opcode needed more values than the stack held, or a mark that was not there.
+    #[error("malformed pickle: {0}")]
+    Malformed(String),
+    /// A memo index that was never stored.
+    #[error("memo entry {0} is not defined")]
+    MemoMissing(u64),
+    /// A bound of [`Limits`] was exceeded.
+    #[error("{what} exceeds the limit of {limit}")]
+    Limit {
+        /// What grew too large.
+        what: &'static str,
+        /// The bound.
+        limit: u64,
+    },
+    /// The visitor rejected an element it was taking (the snapshot decoder's own error).
+    #[error("{0}")]
+    Visitor(String),
+}
+
+/// Streaming hook: gives containers roles and takes elements of the lists it wants to stream.
+pub trait Visitor {
+    /// The role of a container created as an element of `parent` (a container with that role, or
+    /// `None` at the top), under `key` when the parent is a dict. Return [`Visitor::GENERIC`] for
+    /// containers that need no special treatment.
+    fn role(&mut self, parent: Option<Role>, key: Option<&Value>) -> Role;
+    /// Whether elements appended to a list of this role are handed to [`Visitor::take`] instead of
+    /// being stored in it.
+    fn streams(&self, role: Role) -> bool;
+    /// Takes one element appended to a streaming list.
+    fn take(&mut self, role: Role, item: Value) -> Result<(), String>;
+    /// The role of containers that need nothing special.
+    const GENERIC: Role = 0;
+}
+
+/// A visitor that streams nothing: the whole pickle is built as a tree of [`Value`]s.
+#[derive(Debug, Default)]
+pub struct TreeVisitor;
+
+impl Visitor for TreeVisitor {
+    fn role(&mut self, _: Option<Role>, _: Option<&Value>) -> Role {
+        Self::GENERIC
+    }
+    fn streams(&self, _: Role) -> bool {
+        false
+    }
+    fn take(&mut self, _: Role, _: Value) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Reads one pickle from `reader` into a tree of values, within `limits`.
+pub fn from_reader<R: Read>(reader: R, limits: Limits) -> Result<Value, PickleError> {
+    Unpickler::new(reader, limits).load(&mut TreeVisitor)
+}
+
+/// Reads one pickle from a byte slice into a tree of values, within `limits`.
+pub fn from_slice(bytes: &[u8], limits: Limits) -> Result<Value, PickleError> {
+    from_reader(bytes, limits)
+}
+
+const BUF_SIZE: usize = 1 << 16;
+const MAX_LINE: usize = 4096;
+
+/// The pickle virtual machine, restricted to data-building opcodes.
+pub struct Unpickler<R> {
+    reader: R,
+    buf: Box<[u8]>,
+    pos: usize,
+    len: usize,
+    /// Bytes consumed before `buf[0]`.
+    base: u64,
+    limits: Limits,
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+    memo: Vec<Option<Value>>,
+    /// Offset of the opcode being run.
+    op_offset: u64,
+}
+
+enum ReadErr {
+    Eof,
+    Io(String),
+}
+
+impl<R: Read> Unpickler<R> {
+    /// A reader over `reader` bounded by `limits`.
+    pub fn new(reader: R, limits: Limits) -> Self {
+        Unpickler {
+            reader,
+            buf: vec![0u8; BUF_SIZE].into_boxed_slice(),
+            pos: 0,
+            len: 0,
+            base: 0,
+            limits,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Vec::new(),
+            op_offset: 0,
+        }
+    }
+
+    /// Bytes consumed so far.
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    fn err(&self, kind: PickleErrorKind) -> PickleError {
+        PickleError { offset: self.op_offset, kind }
+    }
+
+    fn malformed(&self, msg: impl Into<String>) -> PickleError {
+        self.err(PickleErrorKind::Malformed(msg.into()))
+    }
+
+    fn fill(&mut self) -> Result<bool, ReadErr> {
+        self.base += self.pos as u64;
+        self.pos = 0;
+        self.len = 0;
+        loop {
+            match self.reader.read(&mut self.buf) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.len = n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ReadErr::Io(e.to_string())),
+            }
+        }
+    }
+
+    fn read_err(&self, e: ReadErr, what: &str) -> PickleError {
+        match e {
+            ReadErr::Eof => self.err(PickleErrorKind::Truncated(format!(
+                "{what} needs more bytes than the input has (it ends at byte {})",
+                self.offset()
+            ))),
+            ReadErr::Io(msg) => self.err(PickleErrorKind::Io(msg)),
+        }
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8, ReadErr> {
+        if self.pos == self.len && !self.fill()? {
+            return Err(ReadErr::Eof);
+        }
+        let b = self.buf[self.pos];
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn exact<const N: usize>(&mut self, what: &str) -> Result<[u8; N], PickleError> {
+        let mut out = [0u8; N];
+        if self.len - self.pos >= N {
+            out.copy_from_slice(&self.buf[self.pos..self.pos + N]);
+            self.pos += N;
+            return Ok(out);
+        }
+        for slot in &mut out {
+            *slot = self.byte().map_err(|e| self.read_err(e, what))?;
+        }
+        Ok(out)
+    }
+
+    /// Reads `n` bytes, growing the buffer only as data actually arrives, so a length field larger
+    /// than the input costs nothing before the input runs out.
+    fn bytes(&mut self, n: u64, what: &str) -> Result<Vec<u8>, PickleError> {
+        if n > self.limits.max_string_bytes {
+            return Err(self.err(PickleErrorKind::Limit {
+                what: "string length",
+                limit: self.limits.max_string_bytes,
+            }));
+        }
+        let n = usize::try_from(n).map_err(|_| self.malformed("length does not fit in memory"))?;
+        let mut out = Vec::with_capacity(n.min(BUF_SIZE));
+        while out.len() < n {
+            if self.pos == self.len {
+                match self.fill() {
+                    Ok(true) => {}
+                    Ok(false) => return Err(self.read_err(ReadErr::Eof, what)),
+                    Err(e) => return Err(self.read_err(e, what)),
+                }
+            }
+            let take = (n - out.len()).min(self.len - self.pos);
+            out.extend_from_slice(&self.buf[self.pos..self.pos + take]);
+            self.pos += take;
+        }
+        Ok(out)
+    }
+
+    fn line(&mut self, what: &str) -> Result<String, PickleError> {
+        let mut out = Vec::new();
+        loop {
+            let b = self.byte().map_err(|e| self.read_err(e, what))?;
+            if b == b'\n' {
+                break;
+            }
+            if out.len() >= MAX_LINE {
+                return Err(self.malformed(format!("{what}: line longer than {MAX_LINE} bytes")));
+            }
+            out.push(b);
+        }
+        String::from_utf8(out).map_err(|_| self.malformed(format!("{what}: not ASCII")))
+    }
+
+    fn string(&mut self, n: u64, what: &str) -> Result<Value, PickleError> {
+        let bytes = self.bytes(n, what)?;
+        match String::from_utf8(bytes) {
+            Ok(s) => Ok(Value::Str(Rc::from(s))),
+            Err(_) => Err(self.malformed(format!("{what}: invalid UTF-8"))),
+        }
+    }
+
+    fn push(&mut self, v: Value) -> Result<(), PickleError> {
+        if self.stack.len() >= self.limits.max_stack {
+            return Err(self.err(PickleErrorKind::Limit {
+                what: "stack size",
+                limit: self.limits.max_stack as u64,
+            }));
+        }
+        self.stack.push(v);
+        Ok(())
+    }
+
+    fn pop(&mut self, opcode: &str) -> Result<Value, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(self.malformed(format!("{opcode} on an empty stack")));
+        }
+        self.stack
+            .pop()
+            .ok_or_else(|| self.malformed(format!("{opcode} on an empty stack")))
+    }
+
+    fn pop_mark(&mut self, opcode: &str) -> Result<usize, PickleError> {
+        self.marks
+            .pop()
+            .ok_or_else(|| self.malformed(format!("{opcode} without a MARK")))
+    }
+
+    /// The container that a new element would be stored in, and the element's key: used to give a
+    /// new container its role.
+    fn new_container(&mut self, visitor: &mut impl Visitor) -> Rc<Container> {
+        let mark = self.marks.last().copied();
+        let role = match mark {
+            Some(m) if m > 0 => match &self.stack[m - 1] {
+                Value::Dict(parent) => {
+                    let key = if (self.stack.len() - m) % 2 == 1 {
+                        self.stack.last()
+                    } else {
+                        None
+                    };
+                    visitor.role(Some(parent.role), key)
+                }
+                Value::List(parent) => visitor.role(Some(parent.role), None),
+                _ => visitor.role(Some(V::GENERIC), None),
+            },
+            Some(_) => visitor.role(Some(V::GENERIC), None),
+            None if self.stack.is_empty() => visitor.role(None, None),
+            None => visitor.role(Some(V::GENERIC), None),
+        };
+        Container::new(role)
+    }
+
+    /// Checks that `child` may be stored in `parent` and seals it; returns the child's depth.
+    fn attach(&self, parent: &Container, child: &Value) -> Result<(), PickleError> {
+        if parent.sealed.get() {
+            return Err(self.malformed(
+                "a container is modified after it was stored in another one (never done by a pickler; refused because it could build a cycle)",
+            ));
+        }
+        if let Value::List(c) | Value::Dict(c) = child {
+            if std::ptr::eq(Rc::as_ptr(c), parent) {
+                return Err(self.malformed("a container is stored inside itself"));
+            }
+            c.sealed.set(true);
+        }
+        let depth = child.depth() + 1;
+        if depth > self.limits.max_depth {
+            return Err(self.err(PickleErrorKind::Limit {
+                what: "nesting depth",
+                limit: u64::from(self.limits.max_depth),
+            }));
+        }
+        if depth > parent.depth.get() {
+            parent.depth.set(depth);
+        }
+        Ok(())
+    }
+
+    fn check_tuple_depth(&self, items: &[Value]) -> Result<(), PickleError> {
+        let depth = 1 + items.iter().map(Value::depth).max().unwrap_or(0);
+        if depth > self.limits.max_depth {
+            return Err(self.err(PickleErrorKind::Limit {
+                what: "nesting depth",
+                limit: u64::from(self.limits.max_depth),
+            }));
+        }
+        for v in items {
+            if let Value::List(c) | Value::Dict(c) = v {
+                c.sealed.set(true);
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends `items` to the list or set at `stack[at]`, or hands them to the visitor.
+    fn append(
+        &mut self,
+        at: usize,
+        items: Vec<Value>,
+        visitor: &mut impl Visitor,
+        opcode: &str,
+    ) -> Result<(), PickleError> {
+        let Some(Value::List(list)) = self.stack.get(at).cloned() else {
+            return Err(self.malformed(format!("{opcode} target is not a list")));
+        };
+        for item in &items {
+            self.attach(&list, item)?;
+        }
+        if visitor.streams(list.role) {
+            for item in items {
+                if let Value::List(c) | Value::Dict(c) = &item
+                    && let Some(i) = c.memo_index.get()
+                    && let Some(slot) = self.memo.get_mut(i as usize)
+                {
+                    *slot = Some(Value::Consumed);
+                }
+                visitor
+                    .take(list.role, item)
+                    .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
+            }
+        } else {
+            list.items.borrow_mut().extend(items);
+        }
+        Ok(())
+    }
+
+    fn set_items(&mut self, at: usize, items: Vec<Value>, opcode: &str) -> Result<(), PickleError> {
+        let Some(Value::Dict(dict)) = self.stack.get(at).cloned() else {
+            return Err(self.malformed(format!("{opcode} target is not a dict")));
+        };
+        if items.len() % 2 != 0 {
+            return Err(self.malformed(format!("{opcode} with an odd number of items")));
+        }
+        for item in &items {
+            self.attach(&dict, item)?;
+        }
+        dict.items.borrow_mut().extend(items);
+        Ok(())
+    }
+
+    fn memo_put(&mut self, index: u64) -> Result<(), PickleError> {
+        let v = self
+            .stack
+            .last()
+            .cloned()
+            .ok_or_else(|| self.malformed("memo store on an empty stack"))?;
+        let len = self.memo.len() as u64;
+        if index >= self.limits.max_memo as u64 || index > len + (1 << 16) {
+            return Err(self.err(PickleErrorKind::Limit {
+                what: "memo index",
+                limit: (self.limits.max_memo as u64).min(len + (1 << 16)),
+            }));
+        }
+        if let Value::List(c) | Value::Dict(c) = &v
+            && c.memo_index.get().is_none()
+        {
+            c.memo_index.set(u32::try_from(index).ok());
+        }
+        let i = index as usize;
+        if i >= self.memo.len() {
+            self.memo.resize(i + 1, None);
+        }
+        self.memo[i] = Some(v);
+        Ok(())
+    }
+
+    fn memo_get(&mut self, index: u64) -> Result<(), PickleError> {
+        let v = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.memo.get(i))
+            .and_then(Clone::clone)
+            .ok_or_else(|| self.err(PickleErrorKind::MemoMissing(index)))?;
+        self.push(v)
+    }
+
+    fn int_from_le(&self, bytes: Vec<u8>) -> Value {
+        if bytes.len() <= 8 {
+            let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
+            let mut buf = if negative { [0xff; 8] } else { [0; 8] };
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            Value::Int(i64::from_le_bytes(buf))
+        } else {
+            Value::BigInt(Rc::from(bytes))
+        }
+    }
+
+    fn text_int(&self, s: &str, opcode: &str) -> Result<Value, PickleError> {
+        let s = s.trim().trim_end_matches('L');
+        if let Ok(i) = s.parse::<i64>() {
+            return Ok(Value::Int(i));
+        }
+        match s.parse::<i128>() {
+            Ok(v) => Ok(Value::BigInt(Rc::from(&v.to_le_bytes()[..]))),
+            Err(_) => Err(self.malformed(format!("{opcode}: {s:?} is not an integer"))),
+        }
+    }
+
+    /// Runs the pickle to its `STOP` and returns the value it leaves.
+    pub fn load(mut self, visitor: &mut impl Visitor) -> Result<Value, PickleError> {
+        loop {
+            self.op_offset = self.offset();
+            if self.op_offset > self.limits.max_input_bytes {
+                return Err(self.err(PickleErrorKind::Limit {
+                    what: "input size",
+                    limit: self.limits.max_input_bytes,
+                }));
+            }
+            let op = match self.byte() {
+                Ok(b) => b,
+                Err(ReadErr::Eof) => {
+                    return Err(self.err(PickleErrorKind::Truncated(
+                        "no STOP opcode before the end of the input".into(),
+                    )));
+                }
+                Err(ReadErr::Io(m)) => return Err(self.err(PickleErrorKind::Io(m))),
+            };
+            match op {
+                // Framing and protocol.
+                0x80 => {
+                    let [p] = self.exact::<1>("PROTO")?;
+                    if p > 5 {
+                        return Err(self.err(PickleErrorKind::Protocol(p)));
+                    }
+                }
+                0x95 => {
+                    self.exact::<8>("FRAME")?;
+                }
+                b'.' => {
+                    let v = self.pop("STOP")?;
+                    if !self.stack.is_empty() || !self.marks.is_empty() {
+                        return Err(self.malformed("STOP with values left on the stack"));
+                    }
+                    return Ok(v);
+                }
+                // Stack manipulation.
+                b'(' => {
+                    if self.marks.len() >= self.limits.max_stack {
+                        return Err(self.err(PickleErrorKind::Limit {
+                            what: "number of open marks",
+                            limit: self.limits.max_stack as u64,
+                        }));
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                b'0' => {
+                    self.pop("POP")?;
+                }
+                b'1' => {
+                    let m = self.pop_mark("POP_MARK")?;
+                    self.stack.truncate(m);
+                }
+                b'2' => {
+                    let v = self
+                        .stack
+                        .last()
+                        .cloned()
+                        .ok_or_else(|| self.malformed("DUP on an empty stack"))?;
+                    self.push(v)?;
+                }
+                // Scalars.
+                b'N' => self.push(Value::None)?,
+                0x88 => self.push(Value::Bool(true))?,
+                0x89 => self.push(Value::Bool(false))?,
+                b'K' => {
+                    let [b] = self.exact::<1>("BININT1")?;
+                    self.push(Value::Int(i64::from(b)))?;
+                }
+                b'M' => {
+                    let b = self.exact::<2>("BININT2")?;
+                    self.push(Value::Int(i64::from(u16::from_le_bytes(b))))?;
+                }
+                b'J' => {
+                    let b = self.exact::<4>("BININT")?;
+                    self.push(Value::Int(i64::from(i32::from_le_bytes(b))))?;
+                }
+                0x8a => {
+                    let [n] = self.exact::<1>("LONG1")?;
+                    let bytes = self.bytes(u64::from(n), "LONG1")?;
+                    let v = self.int_from_le(bytes);
+                    self.push(v)?;
+                }
+                0x8b => {
+                    let n = u32::from_le_bytes(self.exact::<4>("LONG4")?);
+                    let bytes = self.bytes(u64::from(n), "LONG4")?;
+                    let v = self.int_from_le(bytes);
+                    self.push(v)?;
+                }
+                b'G' => {
+                    let b = self.exact::<8>("BINFLOAT")?;
+                    self.push(Value::Float(f64::from_be_bytes(b)))?;
+                }
+                b'I' => {
+                    let s = self.line("INT")?;
+                    let v = match s.as_str() {
+                        "00" => Value::Bool(false),
+                        "01" => Value::Bool(true),
+                        _ => self.text_int(&s, "INT")?,
+                    };
+                    self.push(v)?;
+                }
+                b'L' => {
+                    let s = self.line("LONG")?;
+                    let v = self.text_int(&s, "LONG")?;
+                    self.push(v)?;
+                }
+                b'F' => {
+                    let s = self.line("FLOAT")?;
+                    let x: f64 = s
+                        .trim()
+                        .parse()
+                        .map_err(|_| self.malformed(format!("FLOAT: {s:?} is not a number")))?;
+                    self.push(Value::Float(x))?;
+                }
+                // Strings and bytes.
+                0x8c => {
+                    let [n] = self.exact::<1>("SHORT_BINUNICODE")?;
+                    let v = self.string(u64::from(n), "SHORT_BINUNICODE")?;
+                    self.push(v)?;
+                }
+                b'X' => {
+                    let n = u32::from_le_bytes(self.exact::<4>("BINUNICODE")?);
+                    let v = self.string(u64::from(n), "BINUNICODE")?;
+                    self.push(v)?;
+                }
+                0x8d => {
+                    let n = u64::from_le_bytes(self.exact::<8>("BINUNICODE8")?);
+                    let v = self.string(n, "BINUNICODE8")?;
+                    self.push(v)?;
+                }
+                b'C' | b'U' => {
+                    let [n] = self.exact::<1>("SHORT_BINBYTES")?;
+                    let b = self.bytes(u64::from(n), "SHORT_BINBYTES")?;
+                    self.push(Value::Bytes(Rc::from(b)))?;
+                }
+                b'B' | b'T' => {
+                    let n = u32::from_le_bytes(self.exact::<4>("BINBYTES")?);
+                    let b = self.bytes(u64::from(n), "BINBYTES")?;
+                    self.push(Value::Bytes(Rc::from(b)))?;
+                }
+                0x8e | 0x96 => {
+                    let n = u64::from_le_bytes(self.exact::<8>("BINBYTES8")?);
+                    let b = self.bytes(n, "BINBYTES8")?;
+                    self.push(Value::Bytes(Rc::from(b)))?;
+                }
+                // Containers.
+                b'}' => {
+                    let c = self.new_container(visitor);
+                    self.push(Value::Dict(c))?;
+                }
+                b']' | 0x8f => {
+                    let c = self.new_container(visitor);
+                    self.push(Value::List(c))?;
+                }
+                b')' => self.push(Value::Tuple(Rc::from(Vec::new())))?,
+                0x85..=0x87 => {
+                    let n = usize::from(op - 0x84);
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return Err(self.malformed(format!("TUPLE{n} needs {n} values")));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.check_tuple_depth(&items)?;
+                    self.push(Value::Tuple(Rc::from(items)))?;
+                }
+                b't' | 0x91 => {
+                    let m = self.pop_mark("TUPLE")?;
+                    let items = self.stack.split_off(m);
+                    self.check_tuple_depth(&items)?;
+                    let v = if op == b't' {
+                        Value::Tuple(Rc::from(items))
+                    } else {
+                        let c = Container::new(V::GENERIC);
+                        let v = Value::List(c.clone());
+                        for item in &items {
+                            self.attach(&c, item)?;
+                        }
+                        c.items.borrow_mut().extend(items);
+                        v
+                    };
+                    self.push(v)?;
+                }
+                b'l' | b'd' => {
+                    let m = self.pop_mark(if op == b'l' { "LIST" } else { "DICT" })?;
+                    let items = self.stack.split_off(m);
+                    let c = self.new_container(visitor);
+                    if op == b'l' {
+                        self.push(Value::List(c))?;
+                        let at = self.stack.len() - 1;
+                        self.append(at, items, visitor, "LIST")?;
+                    } else {
+                        self.push(Value::Dict(c))?;
+                        let at = self.stack.len() - 1;
+                        self.set_items(at, items, "DICT")?;
+                    }
+                }
+                b'a' => {
+                    let v = self.pop("APPEND")?;
+                    let at = self
+                        .stack
+                        .len()
+                        .checked_sub(1)
+                        .ok_or_else(|| self.malformed("APPEND without a list"))?;
+                    self.append(at, vec![v], visitor, "APPEND")?;
+                }
+                b'e' | 0x90 => {
+                    let m = self.pop_mark("APPENDS")?;
+                    let items = self.stack.split_off(m);
+                    let at = m
+                        .checked_sub(1)
+                        .ok_or_else(|| self.malformed("APPENDS without a list"))?;
+                    self.append(at, items, visitor, "APPENDS")?;
+                }
+                b's' => {
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + 3 {
+                        return Err(self.malformed("SETITEM needs a dict, a key and a value"));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - 2);
+                    let at = self.stack.len() - 1;
+                    self.set_items(at, items, "SETITEM")?;
+                }
+                b'u' => {
+                    let m = self.pop_mark("SETITEMS")?;
+                    let items = self.stack.split_off(m);
+                    let at = m
+                        .checked_sub(1)
+                        .ok_or_else(|| self.malformed("SETITEMS without a dict"))?;
+                    self.set_items(at, items, "SETITEMS")?;
+                }
+                // Memo.
+                0x94 => {
+                    let i = self.memo.len() as u64;
+                    self.memo_put(i)?;
+                }
+                b'q' => {
+                    let [i] = self.exact::<1>("BINPUT")?;
+                    self.memo_put(u64::from(i))?;
+                }
+                b'r' => {
+                    let i = u32::from_le_bytes(self.exact::<4>("LONG_BINPUT")?);
+                    self.memo_put(u64::from(i))?;
+                }
+                b'p' => {
+                    let s = self.line("PUT")?;
+                    let i = s
+                        .trim()
+                        .parse()
+                        .map_err(|_| self.malformed("PUT: bad index"))?;
+                    self.memo_put(i)?;
+                }
+                b'h' => {
+                    let [i] = self.exact::<1>("BINGET")?;
+                    self.memo_get(u64::from(i))?;
+                }
+                b'j' => {
+                    let i = u32::from_le_bytes(self.exact::<4>("LONG_BINGET")?);
+                    self.memo_get(u64::from(i))?;
+                }
+                b'g' => {
+                    let s = self.line("GET")?;
+                    let i = s
+                        .trim()
+                        .parse()
+                        .map_err(|_| self.malformed("GET: bad index"))?;
+                    self.memo_get(i)?;
+                }
+                // Everything that imports, calls or builds objects is refused.
+                b'c' | 0x93 | b'R' | b'b' | b'i' | b'o' | 0x81 | 0x92 | 0x82 | 0x83 | 0x84
+                | b'P' | b'Q' | 0x97 | 0x98 => {
+                    let name = ops::name(op).unwrap_or("?");
+                    return Err(self.err(PickleErrorKind::Refused(name)));
+                }
+                b'S' | b'V' => {
+                    let name = ops::name(op).unwrap_or("?");
+                    return Err(self.err(PickleErrorKind::Unsupported(name)));
+                }
+                _ => return Err(self.err(PickleErrorKind::UnknownOpcode(op))),
+            }
+        }
+    }
+}
+
+/// Shorthand for the visitor trait's constants inside this module.
+struct V;
+impl V {
+    const GENERIC: Role = 0;
+}
+
+#[cfg(test)]
+mod tests;
