@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 pub mod pickle;
+pub mod snapshot;
 pub mod units;
 
 pub use units::{Bytes, SizeError};

@@ -101,19 +101,47 @@ pub enum PickleErrorKind {
     Visitor(String),
 }
 
+/// Where a new container stands when it is created. Pickles do not say where a container will be
+/// stored until after it is built, so this gives the candidates: the container below the last
+/// `MARK` (with the pending key when that is a dict), and an unfilled list on top of the stack,
+/// which a single `APPEND` (no `MARK`) may fill with the new container.
+#[derive(Debug)]
+pub struct Context<'a> {
+    /// Role of the container below the last `MARK`, or of the dict of a `SETITEM` in progress.
+    pub parent: Option<Role>,
+    /// The key the new container will be stored under, when the parent is a dict.
+    pub key: Option<&'a Value>,
+    /// Role of an unfilled list right on top of the stack.
+    pub top_list: Option<Role>,
+    /// The new container is a list (else a dict).
+    pub is_list: bool,
+    /// The stack is empty: this is the root (or a value at the top level).
+    pub at_top: bool,
+}
+
 /// Streaming hook: gives containers roles and takes elements of the lists it wants to stream.
 pub trait Visitor {
-    /// The role of a container created as an element of `parent` (a container with that role, or
-    /// `None` at the top), under `key` when the parent is a dict. Return [`Visitor::GENERIC`] for
-    /// containers that need no special treatment.
-    fn role(&mut self, parent: Option<Role>, key: Option<&Value>) -> Role;
+    /// The role of a new container. Return [`Visitor::GENERIC`] for containers that need no
+    /// special treatment.
+    fn role(&mut self, ctx: &Context<'_>) -> Role;
     /// Whether elements appended to a list of this role are handed to [`Visitor::take`] instead of
     /// being stored in it.
     fn streams(&self, role: Role) -> bool;
-    /// Takes one element appended to a streaming list.
-    fn take(&mut self, role: Role, item: Value) -> Result<(), String>;
+    /// Takes one element appended to a streaming list. For every memoized container the visitor
+    /// decoded while taking it, it may push a [`MemoHandle`]: the memo then keeps the handle instead
+    /// of the container, so the container is freed and a later reference gets [`Value::Handle`].
+    fn take(&mut self, role: Role, item: Value, handles: &mut Vec<MemoHandle>) -> Result<(), String>;
     /// The role of containers that need nothing special.
     const GENERIC: Role = 0;
+}
+
+/// A memoized container that a [`Visitor`] has decoded, and the handle that stands for it.
+#[derive(Debug)]
+pub struct MemoHandle {
+    /// The container (checked against the memo slot before it is replaced).
+    pub container: Rc<Container>,
+    /// What the memo keeps instead.
+    pub handle: u32,
 }
 
 /// A visitor that streams nothing: the whole pickle is built as a tree of [`Value`]s.
@@ -121,13 +149,13 @@ pub trait Visitor {
 pub struct TreeVisitor;
 
 impl Visitor for TreeVisitor {
-    fn role(&mut self, _: Option<Role>, _: Option<&Value>) -> Role {
+    fn role(&mut self, _: &Context<'_>) -> Role {
         Self::GENERIC
     }
     fn streams(&self, _: Role) -> bool {
         false
     }
-    fn take(&mut self, _: Role, _: Value) -> Result<(), String> {
+    fn take(&mut self, _: Role, _: Value, _: &mut Vec<MemoHandle>) -> Result<(), String> {
         Ok(())
     }
 }
@@ -157,9 +185,20 @@ pub struct Unpickler<R> {
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: Vec<Option<Value>>,
+    /// Short strings seen so far, shared: a snapshot repeats the same few strings (`"N/A"`, `""`)
+    /// as fresh objects in every trace entry, and each would otherwise cost an allocation and stay
+    /// alive in the memo.
+    strings: rustc_hash::FxHashMap<Box<[u8]>, Rc<String>>,
+    /// Scratch space for [`Visitor::take`].
+    handles: Vec<MemoHandle>,
     /// Offset of the opcode being run.
     op_offset: u64,
 }
+
+/// Strings up to this length are shared through [`Unpickler::strings`].
+const INTERN_MAX_LEN: usize = 64;
+/// At most this many distinct strings are shared.
+const INTERN_MAX_COUNT: usize = 1 << 16;
 
 enum ReadErr {
     Eof,
@@ -179,6 +218,8 @@ impl<R: Read> Unpickler<R> {
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Vec::new(),
+            strings: rustc_hash::FxHashMap::default(),
+            handles: Vec::new(),
             op_offset: 0,
         }
     }
@@ -288,9 +329,28 @@ impl<R: Read> Unpickler<R> {
     }
 
     fn string(&mut self, n: u64, what: &str) -> Result<Value, PickleError> {
+        if let Ok(len) = usize::try_from(n)
+            && len <= INTERN_MAX_LEN
+            && self.len - self.pos >= len
+        {
+            let raw = &self.buf[self.pos..self.pos + len];
+            if let Some(s) = self.strings.get(raw) {
+                self.pos += len;
+                return Ok(Value::Str(s.clone()));
+            }
+            let Ok(text) = std::str::from_utf8(raw) else {
+                return Err(self.malformed(format!("{what}: invalid UTF-8")));
+            };
+            let s = Rc::new(text.to_string());
+            if self.strings.len() < INTERN_MAX_COUNT {
+                self.strings.insert(raw.into(), s.clone());
+            }
+            self.pos += len;
+            return Ok(Value::Str(s));
+        }
         let bytes = self.bytes(n, what)?;
         match String::from_utf8(bytes) {
-            Ok(s) => Ok(Value::Str(Rc::from(s))),
+            Ok(s) => Ok(Value::Str(Rc::new(s))),
             Err(_) => Err(self.malformed(format!("{what}: invalid UTF-8"))),
         }
     }
@@ -322,28 +382,48 @@ impl<R: Read> Unpickler<R> {
             .ok_or_else(|| self.malformed(format!("{opcode} without a MARK")))
     }
 
-    /// The container that a new element would be stored in, and the element's key: used to give a
-    /// new container its role.
-    fn new_container(&mut self, visitor: &mut impl Visitor) -> Rc<Container> {
-        let mark = self.marks.last().copied();
-        let role = match mark {
-            Some(m) if m > 0 => match &self.stack[m - 1] {
-                Value::Dict(parent) => {
-                    let key = if (self.stack.len() - m) % 2 == 1 {
-                        self.stack.last()
-                    } else {
-                        None
-                    };
-                    visitor.role(Some(parent.role), key)
-                }
-                Value::List(parent) => visitor.role(Some(parent.role), None),
-                _ => visitor.role(Some(V::GENERIC), None),
-            },
-            Some(_) => visitor.role(Some(V::GENERIC), None),
-            None if self.stack.is_empty() => visitor.role(None, None),
-            None => visitor.role(Some(V::GENERIC), None),
+    /// Gives a new container its role, from where it stands on the stack (see [`Context`]).
+    fn new_container(&mut self, visitor: &mut impl Visitor, is_list: bool) -> Rc<Container> {
+        let floor = self.marks.last().copied();
+        let since_mark = self.stack.len() - floor.unwrap_or(0);
+        let mut ctx = Context {
+            parent: None,
+            key: None,
+            top_list: None,
+            is_list,
+            at_top: self.stack.is_empty(),
         };
-        Container::new(role)
+        if let Some(m) = floor
+            && m > 0
+        {
+            match &self.stack[m - 1] {
+                Value::Dict(parent) => {
+                    ctx.parent = Some(parent.role);
+                    if since_mark % 2 == 1 {
+                        ctx.key = self.stack.last();
+                    }
+                }
+                Value::List(parent) => ctx.parent = Some(parent.role),
+                _ => {}
+            }
+        }
+        let n = self.stack.len();
+        if since_mark >= 2
+            && let (Value::Dict(d), Value::Str(_)) = (&self.stack[n - 2], &self.stack[n - 1])
+            && !d.sealed.get()
+            && floor.is_none_or(|m| m < n - 2)
+        {
+            // SETITEM form: `dict key <value>` with no mark.
+            ctx.parent = Some(d.role);
+            ctx.key = self.stack.last();
+        }
+        if since_mark >= 1
+            && let Some(Value::List(l)) = self.stack.last()
+            && !l.sealed.get()
+        {
+            ctx.top_list = Some(l.role);
+        }
+        Container::new(visitor.role(&ctx))
     }
 
     /// Checks that `child` may be stored in `parent` and seals it; returns the child's depth.
@@ -388,21 +468,17 @@ impl<R: Read> Unpickler<R> {
         Ok(())
     }
 
-    /// Appends `items` to the list or set at `stack[at]`, or hands them to the visitor.
-    fn append(
-        &mut self,
-        at: usize,
-        items: Vec<Value>,
-        visitor: &mut impl Visitor,
-        opcode: &str,
-    ) -> Result<(), PickleError> {
-        let Some(Value::List(list)) = self.stack.get(at).cloned() else {
-            return Err(self.malformed(format!("{opcode} target is not a list")));
+    /// Moves `stack[from..]` into the list or set at `stack[from - 1]`, or hands them to the visitor.
+    fn append(&mut self, from: usize, visitor: &mut impl Visitor, opcode: &str) -> Result<(), PickleError> {
+        let list = match from.checked_sub(1).and_then(|at| self.stack.get(at)) {
+            Some(Value::List(l)) => l.clone(),
+            _ => return Err(self.malformed(format!("{opcode} target is not a list"))),
         };
-        for item in &items {
+        for item in &self.stack[from..] {
             self.attach(&list, item)?;
         }
         if visitor.streams(list.role) {
+            let items: Vec<Value> = self.stack.drain(from..).collect();
             for item in items {
                 if let Value::List(c) | Value::Dict(c) = &item
                     && let Some(i) = c.memo_index.get()
@@ -411,26 +487,36 @@ impl<R: Read> Unpickler<R> {
                     *slot = Some(Value::Consumed);
                 }
                 visitor
-                    .take(list.role, item)
+                    .take(list.role, item, &mut self.handles)
                     .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
+                for h in self.handles.drain(..) {
+                    if let Some(i) = h.container.memo_index.get()
+                        && let Some(slot) = self.memo.get_mut(i as usize)
+                        && matches!(slot, Some(Value::List(c) | Value::Dict(c)) if Rc::ptr_eq(c, &h.container))
+                    {
+                        *slot = Some(Value::Handle(h.handle));
+                    }
+                }
             }
         } else {
-            list.items.borrow_mut().extend(items);
+            list.items.borrow_mut().extend(self.stack.drain(from..));
         }
         Ok(())
     }
 
-    fn set_items(&mut self, at: usize, items: Vec<Value>, opcode: &str) -> Result<(), PickleError> {
-        let Some(Value::Dict(dict)) = self.stack.get(at).cloned() else {
-            return Err(self.malformed(format!("{opcode} target is not a dict")));
+    /// Moves `stack[from..]` (keys and values) into the dict at `stack[from - 1]`.
+    fn set_items(&mut self, from: usize, opcode: &str) -> Result<(), PickleError> {
+        let dict = match from.checked_sub(1).and_then(|at| self.stack.get(at)) {
+            Some(Value::Dict(d)) => d.clone(),
+            _ => return Err(self.malformed(format!("{opcode} target is not a dict"))),
         };
-        if items.len() % 2 != 0 {
+        if (self.stack.len() - from) % 2 != 0 {
             return Err(self.malformed(format!("{opcode} with an odd number of items")));
         }
-        for item in &items {
+        for item in &self.stack[from..] {
             self.attach(&dict, item)?;
         }
-        dict.items.borrow_mut().extend(items);
+        dict.items.borrow_mut().extend(self.stack.drain(from..));
         Ok(())
     }
 
@@ -453,10 +539,14 @@ impl<R: Read> Unpickler<R> {
             c.memo_index.set(u32::try_from(index).ok());
         }
         let i = index as usize;
-        if i >= self.memo.len() {
-            self.memo.resize(i + 1, None);
+        if i == self.memo.len() {
+            self.memo.push(Some(v));
+        } else {
+            if i > self.memo.len() {
+                self.memo.resize(i + 1, None);
+            }
+            self.memo[i] = Some(v);
         }
-        self.memo[i] = Some(v);
         Ok(())
     }
 
@@ -476,7 +566,7 @@ impl<R: Read> Unpickler<R> {
             buf[..bytes.len()].copy_from_slice(&bytes);
             Value::Int(i64::from_le_bytes(buf))
         } else {
-            Value::BigInt(Rc::from(bytes))
+            Value::BigInt(Rc::new(bytes))
         }
     }
 
@@ -486,7 +576,7 @@ impl<R: Read> Unpickler<R> {
             return Ok(Value::Int(i));
         }
         match s.parse::<i128>() {
-            Ok(v) => Ok(Value::BigInt(Rc::from(&v.to_le_bytes()[..]))),
+            Ok(v) => Ok(Value::BigInt(Rc::new(v.to_le_bytes().to_vec()))),
             Err(_) => Err(self.malformed(format!("{opcode}: {s:?} is not an integer"))),
         }
     }
@@ -571,8 +661,18 @@ impl<R: Read> Unpickler<R> {
                 }
                 0x8a => {
                     let [n] = self.exact::<1>("LONG1")?;
-                    let bytes = self.bytes(u64::from(n), "LONG1")?;
-                    let v = self.int_from_le(bytes);
+                    let v = if n <= 8 && self.len - self.pos >= usize::from(n) {
+                        let n = usize::from(n);
+                        let raw = &self.buf[self.pos..self.pos + n];
+                        let negative = raw.last().is_some_and(|b| b & 0x80 != 0);
+                        let mut le = if negative { [0xff; 8] } else { [0; 8] };
+                        le[..n].copy_from_slice(raw);
+                        self.pos += n;
+                        Value::Int(i64::from_le_bytes(le))
+                    } else {
+                        let bytes = self.bytes(u64::from(n), "LONG1")?;
+                        self.int_from_le(bytes)
+                    };
                     self.push(v)?;
                 }
                 0x8b => {
@@ -626,28 +726,28 @@ impl<R: Read> Unpickler<R> {
                 b'C' | b'U' => {
                     let [n] = self.exact::<1>("SHORT_BINBYTES")?;
                     let b = self.bytes(u64::from(n), "SHORT_BINBYTES")?;
-                    self.push(Value::Bytes(Rc::from(b)))?;
+                    self.push(Value::Bytes(Rc::new(b)))?;
                 }
                 b'B' | b'T' => {
                     let n = u32::from_le_bytes(self.exact::<4>("BINBYTES")?);
                     let b = self.bytes(u64::from(n), "BINBYTES")?;
-                    self.push(Value::Bytes(Rc::from(b)))?;
+                    self.push(Value::Bytes(Rc::new(b)))?;
                 }
                 0x8e | 0x96 => {
                     let n = u64::from_le_bytes(self.exact::<8>("BINBYTES8")?);
                     let b = self.bytes(n, "BINBYTES8")?;
-                    self.push(Value::Bytes(Rc::from(b)))?;
+                    self.push(Value::Bytes(Rc::new(b)))?;
                 }
                 // Containers.
                 b'}' => {
-                    let c = self.new_container(visitor);
+                    let c = self.new_container(visitor, false);
                     self.push(Value::Dict(c))?;
                 }
                 b']' | 0x8f => {
-                    let c = self.new_container(visitor);
+                    let c = self.new_container(visitor, true);
                     self.push(Value::List(c))?;
                 }
-                b')' => self.push(Value::Tuple(Rc::from(Vec::new())))?,
+                b')' => self.push(Value::Tuple(Rc::new(Vec::new())))?,
                 0x85..=0x87 => {
                     let n = usize::from(op - 0x84);
                     let floor = self.marks.last().copied().unwrap_or(0);
@@ -656,16 +756,16 @@ impl<R: Read> Unpickler<R> {
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
                     self.check_tuple_depth(&items)?;
-                    self.push(Value::Tuple(Rc::from(items)))?;
+                    self.push(Value::Tuple(Rc::new(items)))?;
                 }
                 b't' | 0x91 => {
                     let m = self.pop_mark("TUPLE")?;
                     let items = self.stack.split_off(m);
                     self.check_tuple_depth(&items)?;
                     let v = if op == b't' {
-                        Value::Tuple(Rc::from(items))
+                        Value::Tuple(Rc::new(items))
                     } else {
-                        let c = Container::new(V::GENERIC);
+                        let c = Container::new(0);
                         let v = Value::List(c.clone());
                         for item in &items {
                             self.attach(&c, item)?;
@@ -678,50 +778,39 @@ impl<R: Read> Unpickler<R> {
                 b'l' | b'd' => {
                     let m = self.pop_mark(if op == b'l' { "LIST" } else { "DICT" })?;
                     let items = self.stack.split_off(m);
-                    let c = self.new_container(visitor);
+                    let c = self.new_container(visitor, op == b'l');
+                    self.push(if op == b'l' { Value::List(c) } else { Value::Dict(c) })?;
+                    let from = self.stack.len();
+                    self.stack.extend(items);
                     if op == b'l' {
-                        self.push(Value::List(c))?;
-                        let at = self.stack.len() - 1;
-                        self.append(at, items, visitor, "LIST")?;
+                        self.append(from, visitor, "LIST")?;
                     } else {
-                        self.push(Value::Dict(c))?;
-                        let at = self.stack.len() - 1;
-                        self.set_items(at, items, "DICT")?;
+                        self.set_items(from, "DICT")?;
                     }
                 }
                 b'a' => {
-                    let v = self.pop("APPEND")?;
-                    let at = self
-                        .stack
-                        .len()
-                        .checked_sub(1)
-                        .ok_or_else(|| self.malformed("APPEND without a list"))?;
-                    self.append(at, vec![v], visitor, "APPEND")?;
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + 2 {
+                        return Err(self.malformed("APPEND needs a list and a value"));
+                    }
+                    let from = self.stack.len() - 1;
+                    self.append(from, visitor, "APPEND")?;
                 }
                 b'e' | 0x90 => {
                     let m = self.pop_mark("APPENDS")?;
-                    let items = self.stack.split_off(m);
-                    let at = m
-                        .checked_sub(1)
-                        .ok_or_else(|| self.malformed("APPENDS without a list"))?;
-                    self.append(at, items, visitor, "APPENDS")?;
+                    self.append(m, visitor, "APPENDS")?;
                 }
                 b's' => {
                     let floor = self.marks.last().copied().unwrap_or(0);
                     if self.stack.len() < floor + 3 {
                         return Err(self.malformed("SETITEM needs a dict, a key and a value"));
                     }
-                    let items = self.stack.split_off(self.stack.len() - 2);
-                    let at = self.stack.len() - 1;
-                    self.set_items(at, items, "SETITEM")?;
+                    let from = self.stack.len() - 2;
+                    self.set_items(from, "SETITEM")?;
                 }
                 b'u' => {
                     let m = self.pop_mark("SETITEMS")?;
-                    let items = self.stack.split_off(m);
-                    let at = m
-                        .checked_sub(1)
-                        .ok_or_else(|| self.malformed("SETITEMS without a dict"))?;
-                    self.set_items(at, items, "SETITEMS")?;
+                    self.set_items(m, "SETITEMS")?;
                 }
                 // Memo.
                 0x94 => {
@@ -774,12 +863,6 @@ impl<R: Read> Unpickler<R> {
             }
         }
     }
-}
-
-/// Shorthand for the visitor trait's constants inside this module.
-struct V;
-impl V {
-    const GENERIC: Role = 0;
 }
 
 #[cfg(test)]

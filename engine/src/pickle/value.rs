@@ -12,7 +12,8 @@ use std::rc::Rc;
 /// A role the snapshot decoder gives a container while it is being read (see [`super::Visitor`]).
 pub type Role = u16;
 
-/// A decoded pickle value.
+/// A decoded pickle value. Sixteen bytes: every payload is one word, so the memo of a large
+/// snapshot (one slot per memoized object) stays small.
 #[derive(Clone)]
 pub enum Value {
     /// `None`.
@@ -22,21 +23,24 @@ pub enum Value {
     /// An integer that fits in 64 bits (signed).
     Int(i64),
     /// A wider integer: little-endian two's complement bytes, as LONG1/LONG4 carry them.
-    BigInt(Rc<[u8]>),
+    BigInt(Rc<Vec<u8>>),
     /// A float.
     Float(f64),
     /// A text string.
-    Str(Rc<str>),
+    Str(Rc<String>),
     /// A byte string (`bytes`, `bytearray`).
-    Bytes(Rc<[u8]>),
+    Bytes(Rc<Vec<u8>>),
     /// A list (or a set / frozenset, which a snapshot never holds but a pickle may).
     List(Rc<Container>),
     /// A dict, in insertion order.
     Dict(Rc<Container>),
     /// A tuple.
-    Tuple(Rc<[Value]>),
+    Tuple(Rc<Vec<Value>>),
     /// An object the streaming decoder already took (a trace entry); referencing it again is an error.
     Consumed,
+    /// A memoized container the streaming decoder already decoded, by the handle it gave it (see
+    /// [`super::MemoHandle`]).
+    Handle(u32),
 }
 
 /// The inside of a list or dict. Dicts store keys and values alternately in `items`.
@@ -57,6 +61,21 @@ impl Container {
             memo_index: Cell::new(None),
             role,
         })
+    }
+
+    /// A fresh, unsealed container with no role (for builders outside the pickle reader).
+    pub(crate) fn new_generic() -> Rc<Container> {
+        Container::new(0)
+    }
+
+    /// Appends a raw element (builders outside the pickle reader, e.g. JSON).
+    pub(crate) fn push_raw(&self, v: Value) {
+        self.items.borrow_mut().push(v);
+    }
+
+    /// The memo slot this container was first stored in, if any.
+    pub fn memo_index(&self) -> Option<u32> {
+        self.memo_index.get()
     }
 
     /// Number of elements (for a dict: number of key/value pairs).
@@ -84,7 +103,7 @@ impl Container {
         items
             .chunks_exact(2)
             .rev()
-            .find(|kv| matches!(&kv[0], Value::Str(s) if &**s == key))
+            .find(|kv| matches!(&kv[0], Value::Str(s) if s.as_str() == key))
             .map(|kv| kv[1].clone())
     }
 }
@@ -103,6 +122,7 @@ impl Value {
             Value::Dict(_) => "dict",
             Value::Tuple(_) => "tuple",
             Value::Consumed => "consumed object",
+            Value::Handle(_) => "decoded object",
         }
     }
 
@@ -184,7 +204,14 @@ impl fmt::Debug for Value {
                 d.finish()
             }
             Value::Consumed => write!(f, "<consumed>"),
+            Value::Handle(h) => write!(f, "<decoded #{h}>"),
         }
+    }
+}
+
+impl fmt::Debug for Container {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Container(role {}, {} items)", self.role, self.items.borrow().len())
     }
 }
 
@@ -212,3 +239,5 @@ mod tests {
         assert_eq!(bigint_to_i128(&ext), Some(-2));
     }
 }
+
+const _: () = assert!(std::mem::size_of::<Value>() == 16);

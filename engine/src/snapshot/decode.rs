@@ -1,0 +1,905 @@
+//! Bytes → [`Snapshot`]: detects gzip by its magic bytes and pickle vs JSON by content, streams a
+//! pickle's traces straight into typed entries, and checks every field's type, naming the field and
+//! the byte where a check failed.
+//!
+//! Memory: the unpacked bytes are never held whole; a trace entry costs its typed size (~72 bytes)
+//! once read. JSON input is parsed into a tree first (it has no streaming path), so a JSON snapshot
+//! costs more memory than the same pickle.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::rc::Rc;
+
+use super::model::*;
+use crate::pickle::{
+    self, Container, Context, Limits, MemoHandle, PickleError, Role, Unpickler, Value, Visitor,
+};
+
+/// Options for reading a snapshot.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadOptions {
+    /// Bounds on the pickle reader (depth, stack, memo, string length, unpacked bytes).
+    pub limits: Limits,
+    /// Most records (segments, blocks, trace entries, frames, annotations) decoded in all, on top
+    /// of one per 8 unpacked bytes: what defeats an input that shares one object a million times.
+    pub max_records_base: u64,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            limits: Limits::default(),
+            max_records_base: 1 << 20,
+        }
+    }
+}
+
+/// Why a snapshot could not be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The bytes are neither a pickle nor JSON (nor gzip of either).
+    #[error("not a PyTorch memory snapshot: {0}")]
+    NotSnapshot(String),
+    /// The pickle itself is broken or hostile.
+    #[error("pickle: {0}")]
+    Pickle(#[from] PickleError),
+    /// The JSON text is broken.
+    #[error("JSON: {0}")]
+    Json(String),
+    /// A field has the wrong type or an impossible value.
+    #[error("{path}: {message}")]
+    Field {
+        /// Where, e.g. `segments[3].blocks[12].size`.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The gzip or read layer failed.
+    #[error("read failed: {0}")]
+    Io(String),
+}
+
+/// Reads a snapshot from a byte slice (plain or gzip; pickle or JSON).
+pub fn read_snapshot_bytes(bytes: &[u8], opts: &ReadOptions) -> Result<Snapshot, ReadError> {
+    read_snapshot(bytes, opts)
+}
+
+/// Reads a snapshot from a reader (plain or gzip; pickle or JSON).
+pub fn read_snapshot<R: Read>(reader: R, opts: &ReadOptions) -> Result<Snapshot, ReadError> {
+    let mut outer = BufReader::with_capacity(1 << 16, reader);
+    let head = outer
+        .fill_buf()
+        .map_err(|e| ReadError::Io(e.to_string()))?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        let gz = flate2::read::MultiGzDecoder::new(outer);
+        let counted = CountingReader::new(gz, opts.limits.max_input_bytes);
+        read_plain(BufReader::with_capacity(1 << 16, counted), true, opts)
+    } else {
+        let counted = CountingReader::new(outer, opts.limits.max_input_bytes);
+        read_plain(BufReader::with_capacity(1 << 16, counted), false, opts)
+    }
+}
+
+/// What the first bytes of (unpacked) data say it is.
+fn sniff(head: &[u8]) -> Option<Encoding> {
+    let first = head
+        .iter()
+        .copied()
+        .skip_while(u8::is_ascii_whitespace)
+        .find(|_| true);
+    match (head.first(), first) {
+        (Some(0x80), _) => Some(Encoding::Pickle),
+        // Protocol 0/1 pickles of a dict or list start with MARK, EMPTY_DICT or EMPTY_LIST.
+        (Some(b'(' | b'}' | b']'), _) => Some(Encoding::Pickle),
+        (_, Some(b'{' | b'[')) => Some(Encoding::Json),
+        _ => None,
+    }
+}
+
+fn read_plain<R: Read>(
+    mut r: BufReader<CountingReader<R>>,
+    gzip: bool,
+    opts: &ReadOptions,
+) -> Result<Snapshot, ReadError> {
+    let head = r.fill_buf().map_err(|e| ReadError::Io(e.to_string()))?;
+    let protocol = match head {
+        [0x80, p, ..] => Some(*p),
+        _ => None,
+    };
+    let encoding = match sniff(head) {
+        Some(e) => e,
+        None if head.is_empty() => return Err(ReadError::NotSnapshot("the input is empty".into())),
+        None => {
+            return Err(ReadError::NotSnapshot(format!(
+                "starts with byte 0x{:02x}, which begins neither a pickle nor JSON",
+                head[0]
+            )));
+        }
+    };
+    let counter = r.get_ref().counter();
+    let mut decoder = Decoder::new(opts, counter.clone());
+    let root = match encoding {
+        Encoding::Pickle => {
+            let unpickler = Unpickler::new(r, opts.limits);
+            unpickler.load(&mut decoder)?
+        }
+        Encoding::Json => {
+            let mut de = serde_json::Deserializer::from_reader(r);
+            let v = serde::de::DeserializeSeed::deserialize(JsonSeed, &mut de)
+                .map_err(|e| ReadError::Json(e.to_string()))?;
+            de.end().map_err(|e| ReadError::Json(e.to_string()))?;
+            v
+        }
+    };
+    let unpacked = counter.get();
+    let mut snap = decoder.finish(root)?;
+    snap.source = SourceInfo {
+        encoding,
+        protocol,
+        gzip,
+        unpacked_bytes: unpacked,
+        legacy_list_root: snap.source.legacy_list_root,
+    };
+    Ok(snap)
+}
+
+/// Counts bytes read and stops at a limit (what bounds a gzip bomb).
+struct CountingReader<R> {
+    inner: R,
+    count: Rc<std::cell::Cell<u64>>,
+    limit: u64,
+}
+
+impl<R> CountingReader<R> {
+    fn new(inner: R, limit: u64) -> Self {
+        CountingReader {
+            inner,
+            count: Rc::default(),
+            limit,
+        }
+    }
+    fn counter(&self) -> Rc<std::cell::Cell<u64>> {
+        self.count.clone()
+    }
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let total = self.count.get() + n as u64;
+        self.count.set(total);
+        if total > self.limit {
+            return Err(std::io::Error::other(format!(
+                "the unpacked data exceeds the limit of {} bytes (a gzip bomb, or raise the limit)",
+                self.limit
+            )));
+        }
+        Ok(n)
+    }
+}
+
+const ROLE_ROOT: Role = 1;
+const ROLE_DEVICE_TRACES: Role = 2;
+/// Trace list of device `d` has role `ROLE_TRACE0 + d`.
+const ROLE_TRACE0: Role = 16;
+
+fn field_err(path: impl Into<String>, message: impl Into<String>) -> ReadError {
+    ReadError::Field {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+/// Decodes values into typed records; as a [`Visitor`], streams trace entries.
+struct Decoder {
+    stacks: Stacks,
+    /// Memoized frame lists and frame dicts already decoded, by address. Only containers the memo
+    /// keeps alive are cached, so an address cannot be reused while its entry is here.
+    stack_cache: HashMap<*const Container, StackId>,
+    frame_cache: HashMap<*const Container, Frame>,
+    streamed: Vec<Vec<TraceEntry>>,
+    trace_lists: u32,
+    /// While streaming: memoized frame lists decoded, for the memo to keep as handles.
+    handles: Vec<MemoHandle>,
+    streaming: bool,
+    /// Reused buffer for the frames of one stack.
+    scratch: Vec<Frame>,
+    /// Trace-entry key strings seen, by identity (see [`Decoder::entry_key`]).
+    keys: Vec<(Rc<String>, Option<&'static str>)>,
+    /// Records decoded so far, and the bound on them: `base + bytes read / 8`.
+    used: u64,
+    base: u64,
+    input: Rc<std::cell::Cell<u64>>,
+}
+
+impl Visitor for Decoder {
+    fn role(&mut self, ctx: &Context<'_>) -> Role {
+        if ctx.at_top {
+            return ROLE_ROOT;
+        }
+        if !ctx.is_list {
+            return Self::GENERIC;
+        }
+        // A list right after the (unfilled) device_traces list, or beside a trace list in it, is
+        // the next device's trace; a list under the root's `device_traces` key is that list.
+        let in_device_traces = ctx.top_list == Some(ROLE_DEVICE_TRACES)
+            || ctx.top_list.is_some_and(|r| r >= ROLE_TRACE0) && ctx.parent == Some(ROLE_DEVICE_TRACES)
+            || ctx.top_list.is_none() && ctx.parent == Some(ROLE_DEVICE_TRACES);
+        if in_device_traces {
+            let device = self.trace_lists;
+            self.trace_lists += 1;
+            return Role::try_from(device)
+                .ok()
+                .and_then(|d| d.checked_add(ROLE_TRACE0))
+                .unwrap_or(Self::GENERIC);
+        }
+        match (ctx.parent, ctx.key) {
+            (Some(ROLE_ROOT), Some(Value::Str(k))) if k.as_str() == "device_traces" => ROLE_DEVICE_TRACES,
+            _ => Self::GENERIC,
+        }
+    }
+
+    fn streams(&self, role: Role) -> bool {
+        role >= ROLE_TRACE0
+    }
+
+    fn take(&mut self, role: Role, item: Value, handles: &mut Vec<MemoHandle>) -> Result<(), String> {
+        let device = usize::from(role - ROLE_TRACE0);
+        if self.streamed.len() <= device {
+            self.streamed.resize_with(device + 1, Vec::new);
+        }
+        let index = self.streamed[device].len();
+        self.spend(1, &|| format!("device_traces[{device}]"))
+            .map_err(|e| e.to_string())?;
+        self.handles = std::mem::take(handles);
+        self.streaming = true;
+        let entry = self.trace_entry(&item, &|| format!("device_traces[{device}][{index}]"));
+        self.streaming = false;
+        *handles = std::mem::take(&mut self.handles);
+        self.streamed[device].push(entry.map_err(|e| e.to_string())?);
+        Ok(())
+    }
+}
+
+type PathFn<'a> = &'a dyn Fn() -> String;
+
+fn int_of(v: &Value, path: PathFn, name: &str) -> Result<i128, ReadError> {
+    v.as_i128().ok_or_else(|| {
+        field_err(
+            format!("{}.{name}", path()),
+            format!("expected int, found {}", v.type_name()),
+        )
+    })
+}
+
+fn u64_of(v: &Value, path: PathFn, name: &str) -> Result<u64, ReadError> {
+    let i = int_of(v, path, name)?;
+    u64::try_from(i).map_err(|_| {
+        field_err(
+            format!("{}.{name}", path()),
+            format!("{i} is out of range (expected 0 to 2^64-1)"),
+        )
+    })
+}
+
+/// Streams are `cudaStream_t` cast to int64; a negative one is kept as its two's complement.
+fn stream_of(v: &Value, path: PathFn) -> Result<u64, ReadError> {
+    let i = int_of(v, path, "stream")?;
+    if let Ok(u) = u64::try_from(i) {
+        return Ok(u);
+    }
+    i64::try_from(i)
+        .map(|s| s as u64)
+        .map_err(|_| field_err(format!("{}.stream", path()), format!("{i} is out of range")))
+}
+
+fn str_of<'v>(v: &'v Value, path: PathFn, name: &str) -> Result<&'v str, ReadError> {
+    v.as_str().ok_or_else(|| {
+        field_err(
+            format!("{}.{name}", path()),
+            format!("expected str, found {}", v.type_name()),
+        )
+    })
+}
+
+fn bool_of(v: &Value, path: PathFn, name: &str) -> Result<bool, ReadError> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::Int(i) => Ok(*i != 0),
+        _ => Err(field_err(
+            format!("{}.{name}", path()),
+            format!("expected bool, found {}", v.type_name()),
+        )),
+    }
+}
+
+fn dict_of<'v>(v: &'v Value, path: PathFn) -> Result<&'v Rc<Container>, ReadError> {
+    match v {
+        Value::Dict(d) => Ok(d),
+        Value::Consumed => Err(field_err(
+            path(),
+            "refers to a trace entry that was already read (an object shared between traces)",
+        )),
+        _ => Err(field_err(
+            path(),
+            format!("expected dict, found {}", v.type_name()),
+        )),
+    }
+}
+
+fn list_items(v: &Value, path: PathFn) -> Result<Vec<Value>, ReadError> {
+    match v {
+        Value::List(l) => Ok(l.list_items()),
+        Value::Tuple(t) => Ok(t.to_vec()),
+        _ => Err(field_err(
+            path(),
+            format!("expected list, found {}", v.type_name()),
+        )),
+    }
+}
+
+impl Decoder {
+    fn new(opts: &ReadOptions, input: Rc<std::cell::Cell<u64>>) -> Self {
+        Decoder {
+            stacks: Stacks::new(),
+            stack_cache: HashMap::default(),
+            frame_cache: HashMap::default(),
+            streamed: Vec::new(),
+            trace_lists: 0,
+            handles: Vec::new(),
+            streaming: false,
+            scratch: Vec::new(),
+            keys: Vec::new(),
+            used: 0,
+            base: opts.max_records_base,
+            input,
+        }
+    }
+
+    fn spend(&mut self, n: u64, path: PathFn) -> Result<(), ReadError> {
+        self.used += n;
+        if self.used > self.base.saturating_add(self.input.get() / 8) {
+            return Err(field_err(
+                path(),
+                format!(
+                    "more records than the input can hold ({} decoded): an object shared many times (a memo bomb)",
+                    self.used
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn frames(&mut self, v: &Value, path: PathFn) -> Result<StackId, ReadError> {
+        let list = match v {
+            Value::List(l) => l,
+            Value::None => return Ok(StackId::EMPTY),
+            Value::Handle(h) => return Ok(StackId(*h)),
+            _ => {
+                return Err(field_err(
+                    format!("{}.frames", path()),
+                    format!("expected list, found {}", v.type_name()),
+                ));
+            }
+        };
+        let key = Rc::as_ptr(list);
+        if let Some(&id) = self.stack_cache.get(&key) {
+            return Ok(id);
+        }
+        let items = list.items.borrow();
+        self.spend(items.len() as u64, path)?;
+        let mut frames = std::mem::take(&mut self.scratch);
+        frames.clear();
+        for (i, f) in items.iter().enumerate() {
+            let fpath = || format!("{}.frames[{i}]", path());
+            let d = dict_of(f, &fpath)?;
+            let fkey = Rc::as_ptr(d);
+            if let Some(&fr) = self.frame_cache.get(&fkey) {
+                frames.push(fr);
+                continue;
+            }
+            let (mut name, mut filename, mut line) = (Sym::EMPTY, Sym::EMPTY, 0u32);
+            for kv in d.items.borrow().chunks_exact(2) {
+                let v = &kv[1];
+                match kv[0].as_str() {
+                    Some("name") => name = self.stacks.intern(str_of(v, &fpath, "name")?),
+                    Some("filename") => {
+                        filename = self.stacks.intern(str_of(v, &fpath, "filename")?);
+                    }
+                    Some("line") => {
+                        line = u32::try_from(int_of(v, &fpath, "line")?).unwrap_or(0);
+                    }
+                    _ => {}
+                }
+            }
+            let frame = Frame {
+                name,
+                filename,
+                line,
+            };
+            if d.memo_index.get().is_some() {
+                self.frame_cache.insert(fkey, frame);
+            }
+            frames.push(frame);
+        }
+        drop(items);
+        let id = self.stacks.intern_stack_slice(&frames);
+        self.scratch = frames;
+        if list.memo_index.get().is_some() {
+            if self.streaming {
+                // The memo will hold the handle instead and free the list: caching its address
+                // would be unsound once the address is reused.
+                self.handles.push(MemoHandle {
+                    container: list.clone(),
+                    handle: id.0,
+                });
+            } else {
+                self.stack_cache.insert(key, id);
+            }
+        }
+        Ok(id)
+    }
+
+    /// The text of a trace-entry key. Keys are the same few string objects over and over, so they
+    /// are recognised by address first (each kept alive here, so an address cannot be reused).
+    fn entry_key(&mut self, k: &Value) -> Option<&'static str> {
+        const KEYS: [&str; 9] = [
+            "action",
+            "addr",
+            "size",
+            "stream",
+            "time_us",
+            "frames",
+            "device_free",
+            "compile_context",
+            "user_metadata",
+        ];
+        let Value::Str(s) = k else { return None };
+        if let Some((_, known)) = self.keys.iter().find(|(rc, _)| Rc::ptr_eq(rc, s)) {
+            return *known;
+        }
+        let known = KEYS.iter().copied().find(|&key| key == s.as_str());
+        if self.keys.len() < 64 {
+            self.keys.push((s.clone(), known));
+        }
+        known
+    }
+
+    fn trace_entry(&mut self, v: &Value, path: PathFn) -> Result<TraceEntry, ReadError> {
+        let d = dict_of(v, path)?;
+        let mut e = TraceEntry {
+            action: Action::Unknown,
+            addr: 0,
+            size: 0,
+            stream: 0,
+            time_us: None,
+            frames: StackId::EMPTY,
+            compile_context: Sym::EMPTY,
+            user_metadata: Sym::EMPTY,
+        };
+        let mut device_free = None;
+        let mut has_action = false;
+        let items = d.items.borrow();
+        for kv in items.chunks_exact(2) {
+            let (k, v) = (&kv[0], &kv[1]);
+            match self.entry_key(k) {
+                Some("action") => {
+                    e.action = Action::parse(str_of(v, path, "action")?);
+                    has_action = true;
+                }
+                Some("addr") => e.addr = u64_of(v, path, "addr")?,
+                Some("size") => e.size = u64_of(v, path, "size")?,
+                Some("stream") => e.stream = stream_of(v, path)?,
+                Some("time_us") => {
+                    let t = int_of(v, path, "time_us")?;
+                    e.time_us = i64::try_from(t).ok();
+                }
+                Some("device_free") => device_free = Some(u64_of(v, path, "device_free")?),
+                Some("frames") => e.frames = self.frames(v, path)?,
+                Some("compile_context") => {
+                    let s = str_of(v, path, "compile_context")?;
+                    e.compile_context = self.stacks.intern(s);
+                }
+                Some("user_metadata") => {
+                    let s = str_of(v, path, "user_metadata")?;
+                    e.user_metadata = self.stacks.intern(s);
+                }
+                _ => {}
+            }
+        }
+        if !has_action {
+            return Err(field_err(path(), "trace entry has no `action`"));
+        }
+        if e.action == Action::Oom {
+            e.addr = device_free.unwrap_or(0);
+        }
+        Ok(e)
+    }
+
+    fn block(
+        &mut self,
+        v: &Value,
+        next_addr: u64,
+        path: PathFn,
+    ) -> Result<Block, ReadError> {
+        let d = dict_of(v, path)?;
+        let mut b = Block {
+            address: next_addr,
+            size: 0,
+            requested_size: 0,
+            state: BlockState::Inactive,
+            frames: StackId::EMPTY,
+        };
+        let mut history_real_size = None;
+        for (k, v) in d.dict_pairs() {
+            match k.as_str() {
+                Some("address") => b.address = u64_of(&v, path, "address")?,
+                Some("size") => b.size = u64_of(&v, path, "size")?,
+                Some("requested_size") => b.requested_size = u64_of(&v, path, "requested_size")?,
+                Some("state") => {
+                    b.state = match str_of(&v, path, "state")? {
+                        "active_allocated" => BlockState::ActiveAllocated,
+                        "active_pending_free" | "active_awaiting_free" => {
+                            BlockState::ActivePendingFree
+                        }
+                        "inactive" => BlockState::Inactive,
+                        other => {
+                            return Err(field_err(
+                                format!("{}.state", path()),
+                                format!("unknown block state {other:?}"),
+                            ));
+                        }
+                    }
+                }
+                Some("frames") => b.frames = self.frames(&v, path)?,
+                Some("history") => {
+                    // PyTorch 2.0: [{addr, real_size, frames?}], the current allocation first.
+                    let hpath = || format!("{}.history", path());
+                    if let Some(first) = list_items(&v, &hpath)?.first() {
+                        let h = dict_of(first, &|| format!("{}[0]", hpath()))?;
+                        if let Some(rs) = h.get("real_size") {
+                            history_real_size = Some(u64_of(&rs, &hpath, "real_size")?);
+                        }
+                        if let Some(fr) = h.get("frames")
+                            && b.frames == StackId::EMPTY
+                        {
+                            b.frames = self.frames(&fr, &hpath)?;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if b.requested_size == 0
+            && let Some(rs) = history_real_size
+        {
+            b.requested_size = rs;
+        }
+        Ok(b)
+    }
+
+    fn segment(&mut self, v: &Value, path: PathFn) -> Result<Segment, ReadError> {
+        let d = dict_of(v, path)?;
+        let mut s = Segment {
+            device: 0,
+            address: 0,
+            total_size: 0,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: 0,
+            stream: 0,
+            segment_type: PoolKind::Large,
+            segment_pool_id: (0, 0),
+            is_expandable: false,
+            frames: StackId::EMPTY,
+            blocks: Vec::new(),
+        };
+        let mut blocks = None;
+        let mut has_type = false;
+        for (k, v) in d.dict_pairs() {
+            match k.as_str() {
+                Some("device") => {
+                    s.device = u32::try_from(u64_of(&v, path, "device")?)
+                        .map_err(|_| field_err(format!("{}.device", path()), "out of range"))?;
+                }
+                Some("address") => s.address = u64_of(&v, path, "address")?,
+                Some("total_size") => s.total_size = u64_of(&v, path, "total_size")?,
+                Some("allocated_size") => s.allocated_size = u64_of(&v, path, "allocated_size")?,
+                Some("active_size") => s.active_size = u64_of(&v, path, "active_size")?,
+                Some("requested_size") => s.requested_size = u64_of(&v, path, "requested_size")?,
+                Some("stream") => s.stream = stream_of(&v, path)?,
+                Some("segment_type") => {
+                    has_type = true;
+                    s.segment_type = match str_of(&v, path, "segment_type")? {
+                        "small" => PoolKind::Small,
+                        "large" => PoolKind::Large,
+                        other => {
+                            return Err(field_err(
+                                format!("{}.segment_type", path()),
+                                format!("expected \"small\" or \"large\", found {other:?}"),
+                            ));
+                        }
+                    };
+                }
+                Some("segment_pool_id") => {
+                    let ppath = || format!("{}.segment_pool_id", path());
+                    let items = list_items(&v, &ppath)?;
+                    if items.len() != 2 {
+                        return Err(field_err(ppath(), "expected a pair of ints"));
+                    }
+                    let a = int_of(&items[0], &ppath, "0")?;
+                    let b = int_of(&items[1], &ppath, "1")?;
+                    s.segment_pool_id = (
+                        i64::try_from(a).unwrap_or(i64::MAX),
+                        i64::try_from(b).unwrap_or(i64::MAX),
+                    );
+                }
+                Some("is_expandable") => s.is_expandable = bool_of(&v, path, "is_expandable")?,
+                Some("frames") => s.frames = self.frames(&v, path)?,
+                Some("blocks") => blocks = Some(v),
+                _ => {}
+            }
+        }
+        if let Some(v) = blocks {
+            let bpath = || format!("{}.blocks", path());
+            let items = list_items(&v, &bpath)?;
+            self.spend(items.len() as u64, &bpath)?;
+            let mut next = s.address;
+            for (i, b) in items.iter().enumerate() {
+                let block = self.block(b, next, &|| format!("{}.blocks[{i}]", path()))?;
+                next = block.address.saturating_add(block.size);
+                s.blocks.push(block);
+            }
+        }
+        if !has_type {
+            s.segment_type = if s.total_size <= 2 << 20 {
+                PoolKind::Small
+            } else {
+                PoolKind::Large
+            };
+        }
+        Ok(s)
+    }
+
+    fn settings(&mut self, v: &Value) -> Result<AllocatorSettings, ReadError> {
+        let path = || "allocator_settings".to_string();
+        let d = dict_of(v, &path)?;
+        let mut s = AllocatorSettings::default();
+        for (k, v) in d.dict_pairs() {
+            let Some(key) = k.as_str() else { continue };
+            match key {
+                "PYTORCH_CUDA_ALLOC_CONF" | "PYTORCH_ALLOC_CONF" => {
+                    s.alloc_conf = str_of(&v, &path, key)?.to_string();
+                }
+                "max_split_size" => {
+                    let i = int_of(&v, &path, key)?;
+                    s.max_split_size = u64::try_from(i).ok().filter(|&m| m != u64::MAX);
+                }
+                "garbage_collection_threshold" => {
+                    s.garbage_collection_threshold = match v {
+                        Value::Float(x) => x,
+                        _ => int_of(&v, &path, key)? as f64,
+                    };
+                }
+                "expandable_segments" => s.expandable_segments = bool_of(&v, &path, key)?,
+                "roundup_power2_divisions" => {
+                    let rpath = || "allocator_settings.roundup_power2_divisions".to_string();
+                    match &v {
+                        Value::Dict(rd) => {
+                            for (mib, div) in rd.dict_pairs() {
+                                let mib: u64 = match &mib {
+                                    Value::Str(t) => t.parse().map_err(|_| {
+                                        field_err(rpath(), format!("key {t:?} is not a number"))
+                                    })?,
+                                    other => u64_of(other, &rpath, "key")?,
+                                };
+                                let div = u64_of(&div, &rpath, "value")?;
+                                if mib.is_power_of_two() && mib.trailing_zeros() < 16 {
+                                    s.roundup_power2_divisions[mib.trailing_zeros() as usize] = div;
+                                }
+                            }
+                        }
+                        other => {
+                            let div = u64_of(other, &rpath, "value")?;
+                            s.roundup_power2_divisions = [div; 16];
+                        }
+                    }
+                }
+                _ => s.other.push((key.to_string(), render_scalar(&v))),
+            }
+        }
+        Ok(s)
+    }
+
+    fn annotations(&mut self, v: &Value) -> Result<Vec<Annotation>, ReadError> {
+        let path = || "external_annotations".to_string();
+        let items = list_items(v, &path)?;
+        self.spend(items.len() as u64, &path)?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, a) in items.iter().enumerate() {
+            let apath = || format!("external_annotations[{i}]");
+            let d = dict_of(a, &apath)?;
+            let mut ann = Annotation {
+                name: String::new(),
+                stage: AnnotationStage::Start,
+                device: 0,
+                time_us: None,
+            };
+            for (k, v) in d.dict_pairs() {
+                match k.as_str() {
+                    Some("name") => ann.name = str_of(&v, &apath, "name")?.to_string(),
+                    Some("stage") => {
+                        ann.stage = match str_of(&v, &apath, "stage")? {
+                            "START" => AnnotationStage::Start,
+                            "END" => AnnotationStage::End,
+                            other => {
+                                return Err(field_err(
+                                    format!("{}.stage", apath()),
+                                    format!("expected \"START\" or \"END\", found {other:?}"),
+                                ));
+                            }
+                        }
+                    }
+                    Some("device") => {
+                        ann.device = u32::try_from(u64_of(&v, &apath, "device")?).unwrap_or(0);
+                    }
+                    Some("time_us") => {
+                        ann.time_us = i64::try_from(int_of(&v, &apath, "time_us")?).ok();
+                    }
+                    _ => {}
+                }
+            }
+            out.push(ann);
+        }
+        Ok(out)
+    }
+
+    fn finish(mut self, root: Value) -> Result<Snapshot, ReadError> {
+        let mut snap = Snapshot::default();
+        let pairs = match &root {
+            Value::Dict(d) => d.dict_pairs(),
+            Value::List(_) => {
+                snap.source.legacy_list_root = true;
+                vec![(Value::Str(Rc::new("segments".to_string())), root.clone())]
+            }
+            other => {
+                return Err(ReadError::NotSnapshot(format!(
+                    "the pickle holds a {} where a snapshot dict is expected",
+                    other.type_name()
+                )));
+            }
+        };
+        let known = pairs.iter().any(|(k, _)| {
+            matches!(k.as_str(), Some("segments" | "device_traces"))
+        });
+        if !known {
+            return Err(ReadError::NotSnapshot(
+                "the dict has neither `segments` nor `device_traces`".into(),
+            ));
+        }
+        let mut traces: Vec<Vec<TraceEntry>> = std::mem::take(&mut self.streamed);
+        for (k, v) in pairs {
+            let Some(key) = k.as_str() else {
+                snap.unknown_keys.push(format!("{k:?}"));
+                continue;
+            };
+            match key {
+                "segments" => {
+                    let spath = || "segments".to_string();
+                    let items = list_items(&v, &spath)?;
+                    self.spend(items.len() as u64, &spath)?;
+                    for (i, s) in items.iter().enumerate() {
+                        let seg = self.segment(s, &|| format!("segments[{i}]"))?;
+                        snap.segments.push(seg);
+                    }
+                }
+                "device_traces" => {
+                    let tpath = || "device_traces".to_string();
+                    let lists = list_items(&v, &tpath)?;
+                    if traces.len() < lists.len() {
+                        traces.resize_with(lists.len(), Vec::new);
+                    }
+                    for (dev, l) in lists.iter().enumerate() {
+                        let lpath = || format!("device_traces[{dev}]");
+                        let items = list_items(l, &lpath)?;
+                        self.spend(items.len() as u64, &lpath)?;
+                        for item in &items {
+                            let index = traces[dev].len();
+                            let e = self
+                                .trace_entry(item, &|| format!("device_traces[{dev}][{index}]"))?;
+                            traces[dev].push(e);
+                        }
+                    }
+                }
+                "allocator_settings" => snap.allocator_settings = Some(self.settings(&v)?),
+                "external_annotations" => snap.external_annotations = self.annotations(&v)?,
+                // Pinned host memory (2.15, opt-in) is not GPU memory; accepted and not analysed.
+                "host_segments" | "host_traces" => {}
+                other => snap.unknown_keys.push(other.to_string()),
+            }
+        }
+        snap.traces = traces
+            .into_iter()
+            .enumerate()
+            .map(|(device, entries)| DeviceTrace {
+                device: u32::try_from(device).unwrap_or(u32::MAX),
+                entries,
+            })
+            .collect();
+        snap.stacks = self.stacks;
+        Ok(snap)
+    }
+}
+
+fn render_scalar(v: &Value) -> String {
+    match v {
+        Value::Str(s) => s.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Float(x) => x.to_string(),
+        Value::None => "None".into(),
+        other => other.type_name().to_string(),
+    }
+}
+
+/// Builds a [`Value`] tree from JSON (serde_json bounds its own recursion depth).
+struct JsonSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for JsonSeed {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> serde::de::Visitor<'de> for JsonVisitor {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Int(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(match i64::try_from(v) {
+            Ok(i) => Value::Int(i),
+            Err(_) => Value::BigInt(Rc::new(i128::from(v).to_le_bytes()[..9].to_vec())),
+        })
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::Float(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::Str(Rc::new(v.to_string())))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::None)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let c = Container::new_generic();
+        while let Some(v) = seq.next_element_seed(JsonSeed)? {
+            c.push_raw(v);
+        }
+        Ok(Value::List(c))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let c = Container::new_generic();
+        while let Some(k) = map.next_key::<String>()? {
+            let v = map.next_value_seed(JsonSeed)?;
+            c.push_raw(Value::Str(Rc::new(k)));
+            c.push_raw(v);
+        }
+        Ok(Value::Dict(c))
+    }
+}
+
+/// A helper for [`pickle::from_slice`] users that want the raw tree of a snapshot.
+pub fn raw_tree(bytes: &[u8], limits: Limits) -> Result<Value, PickleError> {
+    pickle::from_slice(bytes, limits)
+}
