@@ -274,6 +274,7 @@ impl<R: Read> Unpickler<R> {
         Ok(b)
     }
 
+    #[inline]
     fn exact<const N: usize>(&mut self, what: &str) -> Result<[u8; N], PickleError> {
         let mut out = [0u8; N];
         if self.len - self.pos >= N {
@@ -355,6 +356,7 @@ impl<R: Read> Unpickler<R> {
         }
     }
 
+    #[inline]
     fn push(&mut self, v: Value) -> Result<(), PickleError> {
         if self.stack.len() >= self.limits.max_stack {
             return Err(self.err(PickleErrorKind::Limit {
@@ -426,20 +428,32 @@ impl<R: Read> Unpickler<R> {
         Container::new(visitor.role(&ctx))
     }
 
-    /// Checks that `child` may be stored in `parent` and seals it; returns the child's depth.
-    fn attach(&self, parent: &Container, child: &Value) -> Result<(), PickleError> {
+    /// Checks that `parent` may still be filled (it was not stored anywhere yet).
+    #[inline]
+    fn check_open(&self, parent: &Container) -> Result<(), PickleError> {
         if parent.sealed.get() {
             return Err(self.malformed(
                 "a container is modified after it was stored in another one (never done by a pickler; refused because it could build a cycle)",
             ));
         }
-        if let Value::List(c) | Value::Dict(c) = child {
-            if std::ptr::eq(Rc::as_ptr(c), parent) {
-                return Err(self.malformed("a container is stored inside itself"));
+        Ok(())
+    }
+
+    /// Checks that `child` may be stored in the open container `parent`, seals it, and updates the
+    /// parent's depth. Scalars cost nothing.
+    #[inline]
+    fn attach(&self, parent: &Container, child: &Value) -> Result<(), PickleError> {
+        let depth = match child {
+            Value::List(c) | Value::Dict(c) => {
+                if std::ptr::eq(Rc::as_ptr(c), parent) {
+                    return Err(self.malformed("a container is stored inside itself"));
+                }
+                c.sealed.set(true);
+                c.depth.get() + 1
             }
-            c.sealed.set(true);
-        }
-        let depth = child.depth() + 1;
+            Value::Tuple(_) => child.depth() + 1,
+            _ => return Ok(()),
+        };
         if depth > self.limits.max_depth {
             return Err(self.err(PickleErrorKind::Limit {
                 what: "nesting depth",
@@ -474,6 +488,7 @@ impl<R: Read> Unpickler<R> {
             Some(Value::List(l)) => l.clone(),
             _ => return Err(self.malformed(format!("{opcode} target is not a list"))),
         };
+        self.check_open(&list)?;
         for item in &self.stack[from..] {
             self.attach(&list, item)?;
         }
@@ -513,6 +528,7 @@ impl<R: Read> Unpickler<R> {
         if (self.stack.len() - from) % 2 != 0 {
             return Err(self.malformed(format!("{opcode} with an odd number of items")));
         }
+        self.check_open(&dict)?;
         for item in &self.stack[from..] {
             self.attach(&dict, item)?;
         }
@@ -767,6 +783,7 @@ impl<R: Read> Unpickler<R> {
                     } else {
                         let c = Container::new(0);
                         let v = Value::List(c.clone());
+                        self.check_open(&c)?;
                         for item in &items {
                             self.attach(&c, item)?;
                         }

@@ -207,6 +207,10 @@ struct Decoder {
     scratch: Vec<Frame>,
     /// Trace-entry key strings seen, by identity (see [`Decoder::entry_key`]).
     keys: Vec<(Rc<String>, Option<&'static str>)>,
+    /// Action strings seen, by identity.
+    actions: Vec<(Rc<String>, Action)>,
+    /// Interned string values seen, by identity.
+    syms: Vec<(Rc<String>, Sym)>,
     /// Records decoded so far, and the bound on them: `base + bytes read / 8`.
     used: u64,
     base: u64,
@@ -351,6 +355,8 @@ impl Decoder {
             streaming: false,
             scratch: Vec::new(),
             keys: Vec::new(),
+            actions: Vec::new(),
+            syms: Vec::new(),
             used: 0,
             base: opts.max_records_base,
             input,
@@ -466,6 +472,36 @@ impl Decoder {
         known
     }
 
+    /// The action of a trace entry; the few action strings are recognised by address first.
+    fn action_of(&mut self, v: &Value, path: PathFn) -> Result<Action, ReadError> {
+        let Value::Str(s) = v else {
+            return str_of(v, path, "action").map(Action::parse);
+        };
+        if let Some((_, a)) = self.actions.iter().find(|(rc, _)| Rc::ptr_eq(rc, s)) {
+            return Ok(*a);
+        }
+        let a = Action::parse(s);
+        if self.actions.len() < 64 {
+            self.actions.push((s.clone(), a));
+        }
+        Ok(a)
+    }
+
+    /// Interns a string field; repeated string objects are recognised by address first.
+    fn sym_of(&mut self, v: &Value, path: PathFn, name: &str) -> Result<Sym, ReadError> {
+        let Value::Str(s) = v else {
+            return str_of(v, path, name).map(|_| Sym::EMPTY);
+        };
+        if let Some((_, sym)) = self.syms.iter().find(|(rc, _)| Rc::ptr_eq(rc, s)) {
+            return Ok(*sym);
+        }
+        let sym = self.stacks.intern(s);
+        if self.syms.len() < 64 {
+            self.syms.push((s.clone(), sym));
+        }
+        Ok(sym)
+    }
+
     fn trace_entry(&mut self, v: &Value, path: PathFn) -> Result<TraceEntry, ReadError> {
         let d = dict_of(v, path)?;
         let mut e = TraceEntry {
@@ -485,7 +521,7 @@ impl Decoder {
             let (k, v) = (&kv[0], &kv[1]);
             match self.entry_key(k) {
                 Some("action") => {
-                    e.action = Action::parse(str_of(v, path, "action")?);
+                    e.action = self.action_of(v, path)?;
                     has_action = true;
                 }
                 Some("addr") => e.addr = u64_of(v, path, "addr")?,
@@ -497,14 +533,8 @@ impl Decoder {
                 }
                 Some("device_free") => device_free = Some(u64_of(v, path, "device_free")?),
                 Some("frames") => e.frames = self.frames(v, path)?,
-                Some("compile_context") => {
-                    let s = str_of(v, path, "compile_context")?;
-                    e.compile_context = self.stacks.intern(s);
-                }
-                Some("user_metadata") => {
-                    let s = str_of(v, path, "user_metadata")?;
-                    e.user_metadata = self.stacks.intern(s);
-                }
+                Some("compile_context") => e.compile_context = self.sym_of(v, path, "compile_context")?,
+                Some("user_metadata") => e.user_metadata = self.sym_of(v, path, "user_metadata")?,
                 _ => {}
             }
         }
