@@ -14,8 +14,13 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod oomtext;
 pub mod pickle;
 pub mod snapshot;
 pub mod units;
 
+pub use oomtext::{
+    Diagnosis, DiagnosisKind, Dialect, Framework, OomMessage, ProcessUse, TracebackFrame,
+    looks_like_oom_log, parse_oom_log,
+};
 pub use units::{Bytes, SizeError};

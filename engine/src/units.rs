@@ -78,7 +78,7 @@ impl Bytes {
         let x: f64 = num.parse().map_err(|_| err("not a number"))?;
         #[allow(clippy::cast_precision_loss)]
         let v = (x * mult as f64).round();
-        if !v.is_finite() || v < 0.0 || v >= 1.8e19 {
+        if !v.is_finite() || !(0.0..1.8e19).contains(&v) {
             return Err(err("too large"));
         }
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]

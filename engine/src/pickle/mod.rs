@@ -525,7 +525,7 @@ impl<R: Read> Unpickler<R> {
             Some(Value::Dict(d)) => d.clone(),
             _ => return Err(self.malformed(format!("{opcode} target is not a dict"))),
         };
-        if (self.stack.len() - from) % 2 != 0 {
+        if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(self.malformed(format!("{opcode} with an odd number of items")));
         }
         self.check_open(&dict)?;

@@ -209,6 +209,8 @@ impl fmt::Debug for Value {
     }
 }
 
+const _: () = assert!(std::mem::size_of::<Value>() == 16);
+
 impl fmt::Debug for Container {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Container(role {}, {} items)", self.role, self.items.borrow().len())
@@ -239,5 +241,3 @@ mod tests {
         assert_eq!(bigint_to_i128(&ext), Some(-2));
     }
 }
-
-const _: () = assert!(std::mem::size_of::<Value>() == 16);
