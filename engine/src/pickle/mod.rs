@@ -21,12 +21,17 @@ mod value;
 use std::io::Read;
 use std::rc::Rc;
 
-pub use value::{Container, Role, Value};
+pub use value::{Container, Role, Tuple, Value};
+
+/// The highest `max_depth` the reader accepts (dropping a value recurses once per level, and this
+/// keeps that well inside a 2 MiB thread stack).
+pub const MAX_DEPTH_CAP: u32 = 4096;
 
 /// Bounds on what one pickle may make the reader hold or do. Every bound fails with a clear error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Deepest nesting of containers (a dict in a list in a dict … counts 3).
+    /// Deepest nesting of containers (a dict in a list in a dict … counts 3). Values above
+    /// [`MAX_DEPTH_CAP`] are lowered to it: dropping a tree recurses once per level.
     pub max_depth: u32,
     /// Most values on the reader's stack at once.
     pub max_stack: usize,
@@ -185,6 +190,9 @@ pub struct Unpickler<R> {
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: Vec<Option<Value>>,
+    /// Memo entries stored at indices beyond the dense part (never done by a pickler, but legal):
+    /// kept apart so a sparse index cannot make the dense memo allocate for the gap.
+    sparse_memo: rustc_hash::FxHashMap<u64, Value>,
     /// Short strings seen so far, shared: a snapshot repeats the same few strings (`"N/A"`, `""`)
     /// as fresh objects in every trace entry, and each would otherwise cost an allocation and stay
     /// alive in the memo.
@@ -207,7 +215,8 @@ enum ReadErr {
 
 impl<R: Read> Unpickler<R> {
     /// A reader over `reader` bounded by `limits`.
-    pub fn new(reader: R, limits: Limits) -> Self {
+    pub fn new(reader: R, mut limits: Limits) -> Self {
+        limits.max_depth = limits.max_depth.min(MAX_DEPTH_CAP);
         Unpickler {
             reader,
             buf: vec![0u8; BUF_SIZE].into_boxed_slice(),
@@ -218,6 +227,7 @@ impl<R: Read> Unpickler<R> {
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Vec::new(),
+            sparse_memo: rustc_hash::FxHashMap::default(),
             strings: rustc_hash::FxHashMap::default(),
             handles: Vec::new(),
             op_offset: 0,
@@ -542,11 +552,11 @@ impl<R: Read> Unpickler<R> {
             .last()
             .cloned()
             .ok_or_else(|| self.malformed("memo store on an empty stack"))?;
-        let len = self.memo.len() as u64;
-        if index >= self.limits.max_memo as u64 || index > len + (1 << 16) {
+        let count = self.memo.len() + self.sparse_memo.len();
+        if count >= self.limits.max_memo || index > u64::from(u32::MAX) {
             return Err(self.err(PickleErrorKind::Limit {
-                what: "memo index",
-                limit: (self.limits.max_memo as u64).min(len + (1 << 16)),
+                what: "memo size",
+                limit: self.limits.max_memo as u64,
             }));
         }
         if let Value::List(c) | Value::Dict(c) = &v
@@ -555,23 +565,33 @@ impl<R: Read> Unpickler<R> {
             c.memo_index.set(u32::try_from(index).ok());
         }
         let i = index as usize;
-        if i == self.memo.len() {
-            self.memo.push(Some(v));
-        } else {
-            if i > self.memo.len() {
-                self.memo.resize(i + 1, None);
-            }
+        if i < self.memo.len() {
             self.memo[i] = Some(v);
+        } else if i == self.memo.len() {
+            self.memo.push(Some(v));
+            // Entries stored ahead of time join the dense part as it reaches them.
+            while let Some(next) = self.sparse_memo.remove(&(self.memo.len() as u64)) {
+                self.memo.push(Some(next));
+            }
+        } else {
+            self.sparse_memo.insert(index, v);
         }
         Ok(())
     }
 
     fn memo_get(&mut self, index: u64) -> Result<(), PickleError> {
-        let v = usize::try_from(index)
+        let dense = usize::try_from(index)
             .ok()
             .and_then(|i| self.memo.get(i))
-            .and_then(Clone::clone)
-            .ok_or_else(|| self.err(PickleErrorKind::MemoMissing(index)))?;
+            .and_then(Clone::clone);
+        let v = match dense {
+            Some(v) => v,
+            None => self
+                .sparse_memo
+                .get(&index)
+                .cloned()
+                .ok_or_else(|| self.err(PickleErrorKind::MemoMissing(index)))?,
+        };
         self.push(v)
     }
 
@@ -628,6 +648,8 @@ impl<R: Read> Unpickler<R> {
                     self.exact::<8>("FRAME")?;
                 }
                 b'.' => {
+                    // Stricter than CPython, which ignores what is left below the top: a pickler
+                    // never leaves anything, so leftovers mean a malformed or crafted input.
                     let v = self.pop("STOP")?;
                     if !self.stack.is_empty() || !self.marks.is_empty() {
                         return Err(self.malformed("STOP with values left on the stack"));
@@ -763,7 +785,7 @@ impl<R: Read> Unpickler<R> {
                     let c = self.new_container(visitor, true);
                     self.push(Value::List(c))?;
                 }
-                b')' => self.push(Value::Tuple(Rc::new(Vec::new())))?,
+                b')' => self.push(Value::Tuple(Rc::new(Tuple::new(Vec::new()))))?,
                 0x85..=0x87 => {
                     let n = usize::from(op - 0x84);
                     let floor = self.marks.last().copied().unwrap_or(0);
@@ -772,14 +794,14 @@ impl<R: Read> Unpickler<R> {
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
                     self.check_tuple_depth(&items)?;
-                    self.push(Value::Tuple(Rc::new(items)))?;
+                    self.push(Value::Tuple(Rc::new(Tuple::new(items))))?;
                 }
                 b't' | 0x91 => {
                     let m = self.pop_mark("TUPLE")?;
                     let items = self.stack.split_off(m);
                     self.check_tuple_depth(&items)?;
                     let v = if op == b't' {
-                        Value::Tuple(Rc::new(items))
+                        Value::Tuple(Rc::new(Tuple::new(items)))
                     } else {
                         let c = Container::new(0);
                         let v = Value::List(c.clone());
@@ -831,7 +853,8 @@ impl<R: Read> Unpickler<R> {
                 }
                 // Memo.
                 0x94 => {
-                    let i = self.memo.len() as u64;
+                    // Python stores at len(memo), which counts every entry.
+                    let i = (self.memo.len() + self.sparse_memo.len()) as u64;
                     self.memo_put(i)?;
                 }
                 b'q' => {

@@ -35,12 +35,32 @@ pub enum Value {
     /// A dict, in insertion order.
     Dict(Rc<Container>),
     /// A tuple.
-    Tuple(Rc<Vec<Value>>),
+    Tuple(Rc<Tuple>),
     /// An object the streaming decoder already took (a trace entry); referencing it again is an error.
     Consumed,
     /// A memoized container the streaming decoder already decoded, by the handle it gave it (see
     /// [`super::MemoHandle`]).
     Handle(u32),
+}
+
+/// An immutable tuple, with its nesting depth computed once when it is built (a tuple may
+/// share its elements many times over, so walking it again could take exponential time).
+pub struct Tuple {
+    depth: u32,
+    items: Vec<Value>,
+}
+
+impl Tuple {
+    /// A tuple of `items`; its depth is 1 + the deepest element's.
+    pub(crate) fn new(items: Vec<Value>) -> Tuple {
+        let depth = 1 + items.iter().map(Value::depth).max().unwrap_or(0);
+        Tuple { depth, items }
+    }
+
+    /// The elements.
+    pub fn items(&self) -> &[Value] {
+        &self.items
+    }
 }
 
 /// The inside of a list or dict. Dicts store keys and values alternately in `items`.
@@ -126,11 +146,12 @@ impl Value {
         }
     }
 
-    /// Nesting depth: 0 for scalars, 1 + the deepest child for containers.
+    /// Nesting depth: 0 for scalars, 1 + the deepest child for containers. O(1): containers and
+    /// tuples keep theirs.
     pub(crate) fn depth(&self) -> u32 {
         match self {
             Value::List(c) | Value::Dict(c) => c.depth.get(),
-            Value::Tuple(t) => 1 + t.iter().map(Value::depth).max().unwrap_or(0),
+            Value::Tuple(t) => t.depth,
             _ => 0,
         }
     }
@@ -198,7 +219,7 @@ impl fmt::Debug for Value {
             }
             Value::Tuple(t) => {
                 let mut d = f.debug_tuple("");
-                for v in t.iter() {
+                for v in t.items() {
                     d.field(v);
                 }
                 d.finish()

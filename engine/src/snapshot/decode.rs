@@ -81,6 +81,90 @@ pub fn read_snapshot<R: Read>(reader: R, opts: &ReadOptions) -> Result<Snapshot,
     }
 }
 
+/// Like [`read_snapshot`], but a gzip stream is inflated on a second thread while this one
+/// decodes, so the two overlap (the reader must be `Send + 'static`, e.g. a `File`). Same result,
+/// same limits; worth it on large files (see the README's performance section).
+pub fn read_snapshot_parallel<R: Read + Send + 'static>(
+    reader: R,
+    opts: &ReadOptions,
+) -> Result<Snapshot, ReadError> {
+    let mut outer = BufReader::with_capacity(1 << 16, reader);
+    let head = outer
+        .fill_buf()
+        .map_err(|e| ReadError::Io(e.to_string()))?;
+    if !head.starts_with(&[0x1f, 0x8b]) {
+        return read_snapshot(outer, opts);
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(8);
+    let limit = opts.limits.max_input_bytes;
+    let inflater = std::thread::Builder::new()
+        .name("oomlens-inflate".into())
+        .spawn(move || {
+            let mut gz = flate2::read::MultiGzDecoder::new(outer);
+            let mut total = 0u64;
+            loop {
+                let mut chunk = vec![0u8; 1 << 18];
+                let mut filled = 0;
+                while filled < chunk.len() {
+                    match gz.read(&mut chunk[filled..]) {
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                chunk.truncate(filled);
+                total += filled as u64;
+                // Past the limit the decoder reports it; stop inflating.
+                let done = filled == 0 || total > limit;
+                if tx.send(Ok(chunk)).is_err() || done {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| ReadError::Io(format!("cannot start the inflate thread: {e}")))?;
+    let chunks = ChunkReader {
+        rx,
+        chunk: Vec::new(),
+        pos: 0,
+    };
+    let counted = CountingReader::new(chunks, limit);
+    let result = read_plain(BufReader::with_capacity(1 << 16, counted), true, opts);
+    // The decoder may stop early (an error); the thread then ends at its next send.
+    let _ = inflater.join();
+    result
+}
+
+/// Reads the chunks the inflate thread sends.
+struct ChunkReader {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.chunk.len() {
+            match self.rx.recv() {
+                Ok(Ok(chunk)) if chunk.is_empty() => return Ok(0),
+                Ok(Ok(chunk)) => {
+                    self.chunk = chunk;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
 /// What the first bytes of (unpacked) data say it is.
 fn sniff(head: &[u8]) -> Option<Encoding> {
     let first = head
@@ -194,10 +278,11 @@ fn field_err(path: impl Into<String>, message: impl Into<String>) -> ReadError {
 /// Decodes values into typed records; as a [`Visitor`], streams trace entries.
 struct Decoder {
     stacks: Stacks,
-    /// Memoized frame lists and frame dicts already decoded, by address. Only containers the memo
-    /// keeps alive are cached, so an address cannot be reused while its entry is here.
-    stack_cache: HashMap<*const Container, StackId>,
-    frame_cache: HashMap<*const Container, Frame>,
+    /// Memoized frame lists and frame dicts already decoded, by address. Each entry holds its
+    /// container, so the address cannot be reused while it is cached (even if the pickle overwrites
+    /// the memo slot); only memoized containers are cached, which the memo keeps alive anyway.
+    stack_cache: HashMap<*const Container, (Rc<Container>, StackId)>,
+    frame_cache: HashMap<*const Container, (Rc<Container>, Frame)>,
     streamed: Vec<Vec<TraceEntry>>,
     trace_lists: u32,
     /// While streaming: memoized frame lists decoded, for the memo to keep as handles.
@@ -206,7 +291,7 @@ struct Decoder {
     /// Reused buffer for the frames of one stack.
     scratch: Vec<Frame>,
     /// Trace-entry key strings seen, by identity (see [`Decoder::entry_key`]).
-    keys: Vec<(Rc<String>, Option<&'static str>)>,
+    keys: Vec<(Rc<String>, Option<EntryKey>)>,
     /// Action strings seen, by identity.
     actions: Vec<(Rc<String>, Action)>,
     /// Interned string values seen, by identity.
@@ -267,6 +352,34 @@ impl Visitor for Decoder {
 }
 
 type PathFn<'a> = &'a dyn Fn() -> String;
+
+/// The fields of a trace entry that the decoder reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EntryKey {
+    Action,
+    Addr,
+    Size,
+    Stream,
+    TimeUs,
+    Frames,
+    DeviceFree,
+    CompileContext,
+    UserMetadata,
+}
+
+impl EntryKey {
+    const ALL: [(&'static str, EntryKey); 9] = [
+        ("action", EntryKey::Action),
+        ("addr", EntryKey::Addr),
+        ("size", EntryKey::Size),
+        ("stream", EntryKey::Stream),
+        ("time_us", EntryKey::TimeUs),
+        ("frames", EntryKey::Frames),
+        ("device_free", EntryKey::DeviceFree),
+        ("compile_context", EntryKey::CompileContext),
+        ("user_metadata", EntryKey::UserMetadata),
+    ];
+}
 
 fn int_of(v: &Value, path: PathFn, name: &str) -> Result<i128, ReadError> {
     v.as_i128().ok_or_else(|| {
@@ -335,7 +448,7 @@ fn dict_of<'v>(v: &'v Value, path: PathFn) -> Result<&'v Rc<Container>, ReadErro
 fn list_items(v: &Value, path: PathFn) -> Result<Vec<Value>, ReadError> {
     match v {
         Value::List(l) => Ok(l.list_items()),
-        Value::Tuple(t) => Ok(t.to_vec()),
+        Value::Tuple(t) => Ok(t.items().to_vec()),
         _ => Err(field_err(
             path(),
             format!("expected list, found {}", v.type_name()),
@@ -390,7 +503,7 @@ impl Decoder {
             }
         };
         let key = Rc::as_ptr(list);
-        if let Some(&id) = self.stack_cache.get(&key) {
+        if let Some(&(_, id)) = self.stack_cache.get(&key) {
             return Ok(id);
         }
         let items = list.items.borrow();
@@ -401,7 +514,7 @@ impl Decoder {
             let fpath = || format!("{}.frames[{i}]", path());
             let d = dict_of(f, &fpath)?;
             let fkey = Rc::as_ptr(d);
-            if let Some(&fr) = self.frame_cache.get(&fkey) {
+            if let Some(&(_, fr)) = self.frame_cache.get(&fkey) {
                 frames.push(fr);
                 continue;
             }
@@ -425,7 +538,7 @@ impl Decoder {
                 line,
             };
             if d.memo_index.get().is_some() {
-                self.frame_cache.insert(fkey, frame);
+                self.frame_cache.insert(fkey, (d.clone(), frame));
             }
             frames.push(frame);
         }
@@ -441,31 +554,24 @@ impl Decoder {
                     handle: id.0,
                 });
             } else {
-                self.stack_cache.insert(key, id);
+                self.stack_cache.insert(key, (list.clone(), id));
             }
         }
         Ok(id)
     }
 
-    /// The text of a trace-entry key. Keys are the same few string objects over and over, so they
-    /// are recognised by address first (each kept alive here, so an address cannot be reused).
-    fn entry_key(&mut self, k: &Value) -> Option<&'static str> {
-        const KEYS: [&str; 9] = [
-            "action",
-            "addr",
-            "size",
-            "stream",
-            "time_us",
-            "frames",
-            "device_free",
-            "compile_context",
-            "user_metadata",
-        ];
+    /// Which field a trace-entry key names. Keys are the same few string objects over and over,
+    /// so they are recognised by address first (each kept alive here, so an address cannot be
+    /// reused).
+    fn entry_key(&mut self, k: &Value) -> Option<EntryKey> {
         let Value::Str(s) = k else { return None };
         if let Some((_, known)) = self.keys.iter().find(|(rc, _)| Rc::ptr_eq(rc, s)) {
             return *known;
         }
-        let known = KEYS.iter().copied().find(|&key| key == s.as_str());
+        let known = EntryKey::ALL
+            .iter()
+            .find(|(name, _)| *name == s.as_str())
+            .map(|&(_, key)| key);
         if self.keys.len() < 64 {
             self.keys.push((s.clone(), known));
         }
@@ -520,21 +626,21 @@ impl Decoder {
         for kv in items.chunks_exact(2) {
             let (k, v) = (&kv[0], &kv[1]);
             match self.entry_key(k) {
-                Some("action") => {
+                Some(EntryKey::Action) => {
                     e.action = self.action_of(v, path)?;
                     has_action = true;
                 }
-                Some("addr") => e.addr = u64_of(v, path, "addr")?,
-                Some("size") => e.size = u64_of(v, path, "size")?,
-                Some("stream") => e.stream = stream_of(v, path)?,
-                Some("time_us") => {
+                Some(EntryKey::Addr) => e.addr = u64_of(v, path, "addr")?,
+                Some(EntryKey::Size) => e.size = u64_of(v, path, "size")?,
+                Some(EntryKey::Stream) => e.stream = stream_of(v, path)?,
+                Some(EntryKey::TimeUs) => {
                     let t = int_of(v, path, "time_us")?;
                     e.time_us = i64::try_from(t).ok();
                 }
-                Some("device_free") => device_free = Some(u64_of(v, path, "device_free")?),
-                Some("frames") => e.frames = self.frames(v, path)?,
-                Some("compile_context") => e.compile_context = self.sym_of(v, path, "compile_context")?,
-                Some("user_metadata") => e.user_metadata = self.sym_of(v, path, "user_metadata")?,
+                Some(EntryKey::DeviceFree) => device_free = Some(u64_of(v, path, "device_free")?),
+                Some(EntryKey::Frames) => e.frames = self.frames(v, path)?,
+                Some(EntryKey::CompileContext) => e.compile_context = self.sym_of(v, path, "compile_context")?,
+                Some(EntryKey::UserMetadata) => e.user_metadata = self.sym_of(v, path, "user_metadata")?,
                 _ => {}
             }
         }

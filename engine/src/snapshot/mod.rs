@@ -4,5 +4,5 @@
 pub mod decode;
 pub mod model;
 
-pub use decode::{ReadError, ReadOptions, read_snapshot, read_snapshot_bytes};
+pub use decode::{ReadError, ReadOptions, read_snapshot, read_snapshot_bytes, read_snapshot_parallel};
 pub use model::*;
