@@ -70,7 +70,9 @@ pub struct PickleError {
 #[non_exhaustive]
 pub enum PickleErrorKind {
     /// An opcode that would import, call or build an arbitrary object.
-    #[error("refused opcode {0}: it would execute code or build an arbitrary object; a snapshot never needs it")]
+    #[error(
+        "refused opcode {0}: it would execute code or build an arbitrary object; a snapshot never needs it"
+    )]
     Refused(&'static str),
     /// A byte that is no opcode at all.
     #[error("unknown opcode 0x{0:02x}")]
@@ -135,9 +137,30 @@ pub trait Visitor {
     /// Takes one element appended to a streaming list. For every memoized container the visitor
     /// decoded while taking it, it may push a [`MemoHandle`]: the memo then keeps the handle instead
     /// of the container, so the container is freed and a later reference gets [`Value::Handle`].
-    fn take(&mut self, role: Role, item: Value, handles: &mut Vec<MemoHandle>) -> Result<(), String>;
+    fn take(
+        &mut self,
+        role: Role,
+        item: Value,
+        handles: &mut Vec<MemoHandle>,
+    ) -> Result<(), String>;
     /// The role of containers that need nothing special.
     const GENERIC: Role = 0;
+    /// Whether a new dict is a *record*: an element of the streaming list of the returned role
+    /// that the visitor decodes straight from the pickle's stack when it is filled, so it is never
+    /// built as a dict. A record cannot be referenced again (the memo keeps it as consumed) nor
+    /// stored anywhere but in its list.
+    fn record(&mut self, _ctx: &Context<'_>) -> Option<Role> {
+        None
+    }
+    /// Takes the keys and values (alternating) of a record of the list with role `role`.
+    fn take_record(
+        &mut self,
+        _role: Role,
+        _items: &[Value],
+        _handles: &mut Vec<MemoHandle>,
+    ) -> Result<(), String> {
+        Err("records are not supported by this visitor".into())
+    }
 }
 
 /// A memoized container that a [`Visitor`] has decoded, and the handle that stands for it.
@@ -240,7 +263,10 @@ impl<R: Read> Unpickler<R> {
     }
 
     fn err(&self, kind: PickleErrorKind) -> PickleError {
-        PickleError { offset: self.op_offset, kind }
+        PickleError {
+            offset: self.op_offset,
+            kind,
+        }
     }
 
     fn malformed(&self, msg: impl Into<String>) -> PickleError {
@@ -396,6 +422,12 @@ impl<R: Read> Unpickler<R> {
 
     /// Gives a new container its role, from where it stands on the stack (see [`Context`]).
     fn new_container(&mut self, visitor: &mut impl Visitor, is_list: bool) -> Rc<Container> {
+        let ctx = self.context(is_list);
+        Container::new(visitor.role(&ctx))
+    }
+
+    /// Where a container created now would stand (see [`Context`]).
+    fn context(&self, is_list: bool) -> Context<'_> {
         let floor = self.marks.last().copied();
         let since_mark = self.stack.len() - floor.unwrap_or(0);
         let mut ctx = Context {
@@ -435,7 +467,7 @@ impl<R: Read> Unpickler<R> {
         {
             ctx.top_list = Some(l.role);
         }
-        Container::new(visitor.role(&ctx))
+        ctx
     }
 
     /// Checks that `parent` may still be filled (it was not stored anywhere yet).
@@ -462,6 +494,10 @@ impl<R: Read> Unpickler<R> {
                 c.depth.get() + 1
             }
             Value::Tuple(_) => child.depth() + 1,
+            Value::Record(_) | Value::RecordTaken(_) => {
+                return Err(self
+                    .malformed("a trace entry is stored outside the trace list it was read for"));
+            }
             _ => return Ok(()),
         };
         if depth > self.limits.max_depth {
@@ -485,26 +521,46 @@ impl<R: Read> Unpickler<R> {
             }));
         }
         for v in items {
-            if let Value::List(c) | Value::Dict(c) = v {
-                c.sealed.set(true);
+            match v {
+                Value::List(c) | Value::Dict(c) => c.sealed.set(true),
+                Value::Record(_) | Value::RecordTaken(_) => {
+                    return Err(self.malformed(
+                        "a trace entry is stored outside the trace list it was read for",
+                    ));
+                }
+                _ => {}
             }
         }
         Ok(())
     }
 
     /// Moves `stack[from..]` into the list or set at `stack[from - 1]`, or hands them to the visitor.
-    fn append(&mut self, from: usize, visitor: &mut impl Visitor, opcode: &str) -> Result<(), PickleError> {
+    fn append(
+        &mut self,
+        from: usize,
+        visitor: &mut impl Visitor,
+        opcode: &str,
+    ) -> Result<(), PickleError> {
         let list = match from.checked_sub(1).and_then(|at| self.stack.get(at)) {
             Some(Value::List(l)) => l.clone(),
             _ => return Err(self.malformed(format!("{opcode} target is not a list"))),
         };
         self.check_open(&list)?;
-        for item in &self.stack[from..] {
-            self.attach(&list, item)?;
-        }
         if visitor.streams(list.role) {
             let items: Vec<Value> = self.stack.drain(from..).collect();
             for item in items {
+                match item {
+                    // Taken when it was filled, in order.
+                    Value::RecordTaken(role) if role == list.role => continue,
+                    // An entry with no keys at all.
+                    Value::Record(role) if role == list.role => {
+                        visitor
+                            .take_record(role, &[], &mut self.handles)
+                            .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
+                        continue;
+                    }
+                    ref other => self.attach(&list, other)?,
+                }
                 if let Value::List(c) | Value::Dict(c) = &item
                     && let Some(i) = c.memo_index.get()
                     && let Some(slot) = self.memo.get_mut(i as usize)
@@ -514,25 +570,33 @@ impl<R: Read> Unpickler<R> {
                 visitor
                     .take(list.role, item, &mut self.handles)
                     .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
-                for h in self.handles.drain(..) {
-                    if let Some(i) = h.container.memo_index.get()
-                        && let Some(slot) = self.memo.get_mut(i as usize)
-                        && matches!(slot, Some(Value::List(c) | Value::Dict(c)) if Rc::ptr_eq(c, &h.container))
-                    {
-                        *slot = Some(Value::Handle(h.handle));
-                    }
-                }
+                self.apply_handles();
             }
         } else {
+            for item in &self.stack[from..] {
+                self.attach(&list, item)?;
+            }
             list.items.borrow_mut().extend(self.stack.drain(from..));
         }
         Ok(())
     }
 
-    /// Moves `stack[from..]` (keys and values) into the dict at `stack[from - 1]`.
-    fn set_items(&mut self, from: usize, opcode: &str) -> Result<(), PickleError> {
+    /// Moves `stack[from..]` (keys and values) into the dict at `stack[from - 1]`; for a record,
+    /// hands them to the visitor instead.
+    fn set_items(
+        &mut self,
+        from: usize,
+        visitor: &mut impl Visitor,
+        opcode: &str,
+    ) -> Result<(), PickleError> {
         let dict = match from.checked_sub(1).and_then(|at| self.stack.get(at)) {
             Some(Value::Dict(d)) => d.clone(),
+            Some(&Value::Record(role)) => return self.take_record(from, role, visitor),
+            Some(Value::RecordTaken(_)) => {
+                return Err(self.malformed(format!(
+                    "{opcode}: a trace entry is filled twice (an entry of over 1000 keys?)"
+                )));
+            }
             _ => return Err(self.malformed(format!("{opcode} target is not a dict"))),
         };
         if !(self.stack.len() - from).is_multiple_of(2) {
@@ -544,6 +608,37 @@ impl<R: Read> Unpickler<R> {
         }
         dict.items.borrow_mut().extend(self.stack.drain(from..));
         Ok(())
+    }
+
+    /// Hands the keys and values `stack[from..]` of the record at `stack[from - 1]` to the visitor.
+    fn take_record(
+        &mut self,
+        from: usize,
+        role: Role,
+        visitor: &mut impl Visitor,
+    ) -> Result<(), PickleError> {
+        if !(self.stack.len() - from).is_multiple_of(2) {
+            return Err(self.malformed("SETITEMS with an odd number of items"));
+        }
+        visitor
+            .take_record(role, &self.stack[from..], &mut self.handles)
+            .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
+        self.apply_handles();
+        self.stack.truncate(from);
+        self.stack[from - 1] = Value::RecordTaken(role);
+        Ok(())
+    }
+
+    /// Replaces memo slots of containers the visitor decoded by their handles.
+    fn apply_handles(&mut self) {
+        for h in self.handles.drain(..) {
+            if let Some(i) = h.container.memo_index.get()
+                && let Some(slot) = self.memo.get_mut(i as usize)
+                && matches!(slot, Some(Value::List(c) | Value::Dict(c)) if Rc::ptr_eq(c, &h.container))
+            {
+                *slot = Some(Value::Handle(h.handle));
+            }
+        }
     }
 
     fn memo_put(&mut self, index: u64) -> Result<(), PickleError> {
@@ -564,6 +659,11 @@ impl<R: Read> Unpickler<R> {
         {
             c.memo_index.set(u32::try_from(index).ok());
         }
+        // A record is taken by the visitor: a later reference to it finds it consumed.
+        let v = match v {
+            Value::Record(_) | Value::RecordTaken(_) => Value::Consumed,
+            v => v,
+        };
         let i = index as usize;
         if i < self.memo.len() {
             self.memo[i] = Some(v);
@@ -778,8 +878,14 @@ impl<R: Read> Unpickler<R> {
                 }
                 // Containers.
                 b'}' => {
-                    let c = self.new_container(visitor, false);
-                    self.push(Value::Dict(c))?;
+                    let record = visitor.record(&self.context(false));
+                    match record {
+                        Some(role) => self.push(Value::Record(role))?,
+                        None => {
+                            let c = self.new_container(visitor, false);
+                            self.push(Value::Dict(c))?;
+                        }
+                    }
                 }
                 b']' | 0x8f => {
                     let c = self.new_container(visitor, true);
@@ -818,13 +924,17 @@ impl<R: Read> Unpickler<R> {
                     let m = self.pop_mark(if op == b'l' { "LIST" } else { "DICT" })?;
                     let items = self.stack.split_off(m);
                     let c = self.new_container(visitor, op == b'l');
-                    self.push(if op == b'l' { Value::List(c) } else { Value::Dict(c) })?;
+                    self.push(if op == b'l' {
+                        Value::List(c)
+                    } else {
+                        Value::Dict(c)
+                    })?;
                     let from = self.stack.len();
                     self.stack.extend(items);
                     if op == b'l' {
                         self.append(from, visitor, "LIST")?;
                     } else {
-                        self.set_items(from, "DICT")?;
+                        self.set_items(from, visitor, "DICT")?;
                     }
                 }
                 b'a' => {
@@ -845,11 +955,11 @@ impl<R: Read> Unpickler<R> {
                         return Err(self.malformed("SETITEM needs a dict, a key and a value"));
                     }
                     let from = self.stack.len() - 2;
-                    self.set_items(from, "SETITEM")?;
+                    self.set_items(from, visitor, "SETITEM")?;
                 }
                 b'u' => {
                     let m = self.pop_mark("SETITEMS")?;
-                    self.set_items(m, "SETITEMS")?;
+                    self.set_items(m, visitor, "SETITEMS")?;
                 }
                 // Memo.
                 0x94 => {

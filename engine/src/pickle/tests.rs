@@ -21,12 +21,22 @@ const P4: &str = "80049560000000000000007d94288c0161945d94284b014afeffffff8a0600
 const P5: &str = "80059560000000000000007d94288c0161945d94284b014afeffffff8a060000000000018a09ffffffffffffffff008a090000000000000000c0658c0173948c0668c3a96c6c6f948c0174944b014b0286948c016694473ff80000000000008c016e944e8c01629488752e";
 
 fn check_sample(v: &Value) {
-    let Value::Dict(d) = v else { panic!("root is {v:?}") };
-    let Value::List(a) = d.get("a").unwrap() else { panic!() };
+    let Value::Dict(d) = v else {
+        panic!("root is {v:?}")
+    };
+    let Value::List(a) = d.get("a").unwrap() else {
+        panic!()
+    };
     let ints: Vec<Option<i128>> = a.list_items().iter().map(Value::as_i128).collect();
     assert_eq!(
         ints,
-        vec![Some(1), Some(-2), Some(1 << 40), Some(i128::from(u64::MAX)), Some(-(1i128 << 70))]
+        vec![
+            Some(1),
+            Some(-2),
+            Some(1 << 40),
+            Some(i128::from(u64::MAX)),
+            Some(-(1i128 << 70))
+        ]
     );
     assert_eq!(d.get("s").unwrap().as_str(), Some("héllo"));
     assert!(matches!(d.get("t").unwrap(), Value::Tuple(t) if t.items().len() == 2));
@@ -45,7 +55,10 @@ fn reads_protocols_2_4_5() {
 #[test]
 fn memoized_objects_stay_shared() {
     // pickle.dumps({"x": shared, "y": shared}, protocol=4) with shared = [1]
-    let v = load(&hex("80049514000000000000007d94288c0178945d944b01618c0179946802752e")).unwrap();
+    let v = load(&hex(
+        "80049514000000000000007d94288c0178945d944b01618c0179946802752e",
+    ))
+    .unwrap();
     let Value::Dict(d) = v else { panic!() };
     let (Value::List(x), Value::List(y)) = (d.get("x").unwrap(), d.get("y").unwrap()) else {
         panic!()
@@ -87,7 +100,16 @@ fn deep_nesting_fails_cleanly() {
     b.extend(std::iter::repeat_n(b'a', n - 1));
     b.push(b'.');
     let err = load(&b).unwrap_err();
-    assert!(matches!(err.kind, PickleErrorKind::Limit { what: "nesting depth", .. }), "{err}");
+    assert!(
+        matches!(
+            err.kind,
+            PickleErrorKind::Limit {
+                what: "nesting depth",
+                ..
+            }
+        ),
+        "{err}"
+    );
     // Marks nested 200,000 deep are bounded too, without recursion.
     let mut b = vec![0x80, 4];
     b.extend(std::iter::repeat_n(b'(', n));
@@ -108,7 +130,16 @@ fn length_larger_than_input_is_truncated_not_allocated() {
     let mut b = vec![0x80, 4, 0x8d];
     b.extend(u64::MAX.to_le_bytes());
     let err = load(&b).unwrap_err();
-    assert!(matches!(err.kind, PickleErrorKind::Limit { what: "string length", .. }), "{err}");
+    assert!(
+        matches!(
+            err.kind,
+            PickleErrorKind::Limit {
+                what: "string length",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -143,7 +174,12 @@ fn malformed_stacks_error() {
     assert!(load(&[0x80, 4, b'e']).is_err());
     assert!(load(&[0x80, 4, b'N', b'N', b'.']).is_err());
     assert!(load(&[0x80, 4]).is_err());
-    assert!(load(&[0x80, 9]).unwrap_err().to_string().contains("protocol 9"));
+    assert!(
+        load(&[0x80, 9])
+            .unwrap_err()
+            .to_string()
+            .contains("protocol 9")
+    );
     assert!(load(&[]).is_err());
 }
 

@@ -38,6 +38,10 @@ pub enum Value {
     Tuple(Rc<Tuple>),
     /// An object the streaming decoder already took (a trace entry); referencing it again is an error.
     Consumed,
+    /// A record (see [`super::Visitor::record`]) of the streaming list with this role, not yet filled.
+    Record(Role),
+    /// A record already handed to the visitor.
+    RecordTaken(Role),
     /// A memoized container the streaming decoder already decoded, by the handle it gave it (see
     /// [`super::MemoHandle`]).
     Handle(u32),
@@ -143,6 +147,7 @@ impl Value {
             Value::Tuple(_) => "tuple",
             Value::Consumed => "consumed object",
             Value::Handle(_) => "decoded object",
+            Value::Record(_) | Value::RecordTaken(_) => "dict",
         }
     }
 
@@ -226,6 +231,7 @@ impl fmt::Debug for Value {
             }
             Value::Consumed => write!(f, "<consumed>"),
             Value::Handle(h) => write!(f, "<decoded #{h}>"),
+            Value::Record(r) | Value::RecordTaken(r) => write!(f, "<record of list {r}>"),
         }
     }
 }
@@ -234,7 +240,12 @@ const _: () = assert!(std::mem::size_of::<Value>() == 16);
 
 impl fmt::Debug for Container {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Container(role {}, {} items)", self.role, self.items.borrow().len())
+        write!(
+            f,
+            "Container(role {}, {} items)",
+            self.role,
+            self.items.borrow().len()
+        )
     }
 }
 

@@ -68,9 +68,7 @@ pub fn read_snapshot_bytes(bytes: &[u8], opts: &ReadOptions) -> Result<Snapshot,
 /// Reads a snapshot from a reader (plain or gzip; pickle or JSON).
 pub fn read_snapshot<R: Read>(reader: R, opts: &ReadOptions) -> Result<Snapshot, ReadError> {
     let mut outer = BufReader::with_capacity(1 << 16, reader);
-    let head = outer
-        .fill_buf()
-        .map_err(|e| ReadError::Io(e.to_string()))?;
+    let head = outer.fill_buf().map_err(|e| ReadError::Io(e.to_string()))?;
     if head.starts_with(&[0x1f, 0x8b]) {
         let gz = flate2::read::MultiGzDecoder::new(outer);
         let counted = CountingReader::new(gz, opts.limits.max_input_bytes);
@@ -89,9 +87,7 @@ pub fn read_snapshot_parallel<R: Read + Send + 'static>(
     opts: &ReadOptions,
 ) -> Result<Snapshot, ReadError> {
     let mut outer = BufReader::with_capacity(1 << 16, reader);
-    let head = outer
-        .fill_buf()
-        .map_err(|e| ReadError::Io(e.to_string()))?;
+    let head = outer.fill_buf().map_err(|e| ReadError::Io(e.to_string()))?;
     if !head.starts_with(&[0x1f, 0x8b]) {
         return read_snapshot(outer, opts);
     }
@@ -313,7 +309,8 @@ impl Visitor for Decoder {
         // A list right after the (unfilled) device_traces list, or beside a trace list in it, is
         // the next device's trace; a list under the root's `device_traces` key is that list.
         let in_device_traces = ctx.top_list == Some(ROLE_DEVICE_TRACES)
-            || ctx.top_list.is_some_and(|r| r >= ROLE_TRACE0) && ctx.parent == Some(ROLE_DEVICE_TRACES)
+            || ctx.top_list.is_some_and(|r| r >= ROLE_TRACE0)
+                && ctx.parent == Some(ROLE_DEVICE_TRACES)
             || ctx.top_list.is_none() && ctx.parent == Some(ROLE_DEVICE_TRACES);
         if in_device_traces {
             let device = self.trace_lists;
@@ -324,7 +321,9 @@ impl Visitor for Decoder {
                 .unwrap_or(Self::GENERIC);
         }
         match (ctx.parent, ctx.key) {
-            (Some(ROLE_ROOT), Some(Value::Str(k))) if k.as_str() == "device_traces" => ROLE_DEVICE_TRACES,
+            (Some(ROLE_ROOT), Some(Value::Str(k))) if k.as_str() == "device_traces" => {
+                ROLE_DEVICE_TRACES
+            }
             _ => Self::GENERIC,
         }
     }
@@ -333,7 +332,43 @@ impl Visitor for Decoder {
         role >= ROLE_TRACE0
     }
 
-    fn take(&mut self, role: Role, item: Value, handles: &mut Vec<MemoHandle>) -> Result<(), String> {
+    fn record(&mut self, ctx: &Context<'_>) -> Option<Role> {
+        // A dict right inside a trace list (after its MARK, or alone after a single-element list).
+        match (ctx.top_list, ctx.parent) {
+            (Some(r), _) if r >= ROLE_TRACE0 => Some(r),
+            (None, Some(r)) if r >= ROLE_TRACE0 => Some(r),
+            _ => None,
+        }
+    }
+
+    fn take_record(
+        &mut self,
+        role: Role,
+        items: &[Value],
+        handles: &mut Vec<MemoHandle>,
+    ) -> Result<(), String> {
+        let device = usize::from(role - ROLE_TRACE0);
+        if self.streamed.len() <= device {
+            self.streamed.resize_with(device + 1, Vec::new);
+        }
+        let index = self.streamed[device].len();
+        self.spend(1, &|| format!("device_traces[{device}]"))
+            .map_err(|e| e.to_string())?;
+        self.handles = std::mem::take(handles);
+        self.streaming = true;
+        let entry = self.entry_fields(items, &|| format!("device_traces[{device}][{index}]"));
+        self.streaming = false;
+        *handles = std::mem::take(&mut self.handles);
+        self.streamed[device].push(entry.map_err(|e| e.to_string())?);
+        Ok(())
+    }
+
+    fn take(
+        &mut self,
+        role: Role,
+        item: Value,
+        handles: &mut Vec<MemoHandle>,
+    ) -> Result<(), String> {
         let device = usize::from(role - ROLE_TRACE0);
         if self.streamed.len() <= device {
             self.streamed.resize_with(device + 1, Vec::new);
@@ -391,6 +426,11 @@ fn int_of(v: &Value, path: PathFn, name: &str) -> Result<i128, ReadError> {
 }
 
 fn u64_of(v: &Value, path: PathFn, name: &str) -> Result<u64, ReadError> {
+    if let Value::Int(i) = *v
+        && i >= 0
+    {
+        return Ok(i as u64);
+    }
     let i = int_of(v, path, name)?;
     u64::try_from(i).map_err(|_| {
         field_err(
@@ -402,6 +442,9 @@ fn u64_of(v: &Value, path: PathFn, name: &str) -> Result<u64, ReadError> {
 
 /// Streams are `cudaStream_t` cast to int64; a negative one is kept as its two's complement.
 fn stream_of(v: &Value, path: PathFn) -> Result<u64, ReadError> {
+    if let Value::Int(i) = *v {
+        return Ok(i as u64);
+    }
     let i = int_of(v, path, "stream")?;
     if let Ok(u) = u64::try_from(i) {
         return Ok(u);
@@ -610,6 +653,12 @@ impl Decoder {
 
     fn trace_entry(&mut self, v: &Value, path: PathFn) -> Result<TraceEntry, ReadError> {
         let d = dict_of(v, path)?;
+        let items = d.items.borrow();
+        self.entry_fields(&items, path)
+    }
+
+    /// A trace entry from its keys and values (alternating).
+    fn entry_fields(&mut self, items: &[Value], path: PathFn) -> Result<TraceEntry, ReadError> {
         let mut e = TraceEntry {
             action: Action::Unknown,
             addr: 0,
@@ -622,7 +671,6 @@ impl Decoder {
         };
         let mut device_free = None;
         let mut has_action = false;
-        let items = d.items.borrow();
         for kv in items.chunks_exact(2) {
             let (k, v) = (&kv[0], &kv[1]);
             match self.entry_key(k) {
@@ -634,13 +682,19 @@ impl Decoder {
                 Some(EntryKey::Size) => e.size = u64_of(v, path, "size")?,
                 Some(EntryKey::Stream) => e.stream = stream_of(v, path)?,
                 Some(EntryKey::TimeUs) => {
-                    let t = int_of(v, path, "time_us")?;
-                    e.time_us = i64::try_from(t).ok();
+                    e.time_us = match *v {
+                        Value::Int(t) => Some(t),
+                        _ => i64::try_from(int_of(v, path, "time_us")?).ok(),
+                    };
                 }
                 Some(EntryKey::DeviceFree) => device_free = Some(u64_of(v, path, "device_free")?),
                 Some(EntryKey::Frames) => e.frames = self.frames(v, path)?,
-                Some(EntryKey::CompileContext) => e.compile_context = self.sym_of(v, path, "compile_context")?,
-                Some(EntryKey::UserMetadata) => e.user_metadata = self.sym_of(v, path, "user_metadata")?,
+                Some(EntryKey::CompileContext) => {
+                    e.compile_context = self.sym_of(v, path, "compile_context")?
+                }
+                Some(EntryKey::UserMetadata) => {
+                    e.user_metadata = self.sym_of(v, path, "user_metadata")?
+                }
                 _ => {}
             }
         }
@@ -653,12 +707,7 @@ impl Decoder {
         Ok(e)
     }
 
-    fn block(
-        &mut self,
-        v: &Value,
-        next_addr: u64,
-        path: PathFn,
-    ) -> Result<Block, ReadError> {
+    fn block(&mut self, v: &Value, next_addr: u64, path: PathFn) -> Result<Block, ReadError> {
         let d = dict_of(v, path)?;
         let mut b = Block {
             address: next_addr,
@@ -906,9 +955,9 @@ impl Decoder {
                 )));
             }
         };
-        let known = pairs.iter().any(|(k, _)| {
-            matches!(k.as_str(), Some("segments" | "device_traces"))
-        });
+        let known = pairs
+            .iter()
+            .any(|(k, _)| matches!(k.as_str(), Some("segments" | "device_traces")));
         if !known {
             return Err(ReadError::NotSnapshot(
                 "the dict has neither `segments` nor `device_traces`".into(),

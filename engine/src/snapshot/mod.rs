@@ -4,5 +4,7 @@
 pub mod decode;
 pub mod model;
 
-pub use decode::{ReadError, ReadOptions, read_snapshot, read_snapshot_bytes, read_snapshot_parallel};
+pub use decode::{
+    ReadError, ReadOptions, read_snapshot, read_snapshot_bytes, read_snapshot_parallel,
+};
 pub use model::*;
