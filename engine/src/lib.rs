@@ -14,13 +14,18 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod analysis;
 pub mod oomtext;
 pub mod pickle;
+pub mod report;
 pub mod snapshot;
+pub mod trace;
 pub mod units;
 
+pub use analysis::{Analysis, AnalyzeOptions, analyze, analyze_with};
 pub use oomtext::{
     Diagnosis, DiagnosisKind, Dialect, Framework, OomMessage, ProcessUse, TracebackFrame,
     looks_like_oom_log, parse_oom_log,
 };
+pub use trace::{InitialState, Walker, initial_state};
 pub use units::{Bytes, SizeError};

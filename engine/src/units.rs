@@ -12,7 +12,9 @@ const GIB: u64 = 1 << 30;
 const TIB: u64 = 1 << 40;
 
 /// A number of bytes. `Display` is PyTorch's `format_size` (binary units, two decimals).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Bytes(pub u64);
 
@@ -54,7 +56,10 @@ impl Bytes {
     /// `M`/`MB`/`MiB`, `G`/`GB`/`GiB`, `T`/`TB`/`TiB` (case-insensitive). Without a unit: bytes.
     /// A fractional number of bytes is rounded to the nearest byte.
     pub fn parse(input: &str) -> Result<Bytes, SizeError> {
-        let err = |reason| SizeError { input: input.to_string(), reason };
+        let err = |reason| SizeError {
+            input: input.to_string(),
+            reason,
+        };
         let s = input.trim();
         let split = s
             .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
@@ -73,7 +78,10 @@ impl Bytes {
             _ => return Err(err("unknown unit (use B, KiB, MiB, GiB or TiB)")),
         };
         if let Ok(n) = num.parse::<u64>() {
-            return n.checked_mul(mult).map(Bytes).ok_or_else(|| err("too large"));
+            return n
+                .checked_mul(mult)
+                .map(Bytes)
+                .ok_or_else(|| err("too large"));
         }
         let x: f64 = num.parse().map_err(|_| err("not a number"))?;
         #[allow(clippy::cast_precision_loss)]

@@ -1,1 +1,3 @@
-//! End-to-end tests.
+//! End-to-end tests: the real `oomlens` binary on real files. One binary, modules by area.
+
+mod cli_analyze;

@@ -1,0 +1,13 @@
+//! Logging: `tracing` to stderr, filtered by `RUST_LOG` (default `warn`), so stdout stays clean for
+//! `--json`.
+
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber once.
+pub fn init() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
