@@ -152,13 +152,20 @@ pub trait Visitor {
     fn record(&mut self, _ctx: &Context<'_>) -> Option<Role> {
         None
     }
-    /// Takes the keys and values (alternating) of a record of the list with role `role`.
+    /// Decodes the keys and values (alternating) of a record of the list with role `role`, and
+    /// returns a token for it. The record counts only once [`Visitor::commit_record`] is called
+    /// with that token (when the record is appended to its list): a record a pickle builds and
+    /// then drops is never committed.
     fn take_record(
         &mut self,
         _role: Role,
         _items: &[Value],
         _handles: &mut Vec<MemoHandle>,
-    ) -> Result<(), String> {
+    ) -> Result<u32, String> {
+        Err("records are not supported by this visitor".into())
+    }
+    /// Commits a record taken by [`Visitor::take_record`]: it was appended to its list.
+    fn commit_record(&mut self, _role: Role, _token: u32) -> Result<(), String> {
         Err("records are not supported by this visitor".into())
     }
 }
@@ -494,7 +501,7 @@ impl<R: Read> Unpickler<R> {
                 c.depth.get() + 1
             }
             Value::Tuple(_) => child.depth() + 1,
-            Value::Record(_) | Value::RecordTaken(_) => {
+            Value::Record(_) | Value::RecordTaken(..) => {
                 return Err(self
                     .malformed("a trace entry is stored outside the trace list it was read for"));
             }
@@ -523,7 +530,7 @@ impl<R: Read> Unpickler<R> {
         for v in items {
             match v {
                 Value::List(c) | Value::Dict(c) => c.sealed.set(true),
-                Value::Record(_) | Value::RecordTaken(_) => {
+                Value::Record(_) | Value::RecordTaken(..) => {
                     return Err(self.malformed(
                         "a trace entry is stored outside the trace list it was read for",
                     ));
@@ -550,12 +557,18 @@ impl<R: Read> Unpickler<R> {
             let items: Vec<Value> = self.stack.drain(from..).collect();
             for item in items {
                 match item {
-                    // Taken when it was filled, in order.
-                    Value::RecordTaken(role) if role == list.role => continue,
+                    // Decoded when it was filled; it counts now that it is in its list.
+                    Value::RecordTaken(role, token) if role == list.role => {
+                        visitor
+                            .commit_record(role, token)
+                            .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
+                        continue;
+                    }
                     // An entry with no keys at all.
                     Value::Record(role) if role == list.role => {
                         visitor
                             .take_record(role, &[], &mut self.handles)
+                            .and_then(|token| visitor.commit_record(role, token))
                             .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
                         continue;
                     }
@@ -592,7 +605,7 @@ impl<R: Read> Unpickler<R> {
         let dict = match from.checked_sub(1).and_then(|at| self.stack.get(at)) {
             Some(Value::Dict(d)) => d.clone(),
             Some(&Value::Record(role)) => return self.take_record(from, role, visitor),
-            Some(Value::RecordTaken(_)) => {
+            Some(Value::RecordTaken(..)) => {
                 return Err(self.malformed(format!(
                     "{opcode}: a trace entry is filled twice (an entry of over 1000 keys?)"
                 )));
@@ -620,12 +633,12 @@ impl<R: Read> Unpickler<R> {
         if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(self.malformed("SETITEMS with an odd number of items"));
         }
-        visitor
+        let token = visitor
             .take_record(role, &self.stack[from..], &mut self.handles)
             .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
         self.apply_handles();
         self.stack.truncate(from);
-        self.stack[from - 1] = Value::RecordTaken(role);
+        self.stack[from - 1] = Value::RecordTaken(role, token);
         Ok(())
     }
 
@@ -661,7 +674,7 @@ impl<R: Read> Unpickler<R> {
         }
         // A record is taken by the visitor: a later reference to it finds it consumed.
         let v = match v {
-            Value::Record(_) | Value::RecordTaken(_) => Value::Consumed,
+            Value::Record(_) | Value::RecordTaken(..) => Value::Consumed,
             v => v,
         };
         let i = index as usize;

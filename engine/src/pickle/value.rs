@@ -40,8 +40,9 @@ pub enum Value {
     Consumed,
     /// A record (see [`super::Visitor::record`]) of the streaming list with this role, not yet filled.
     Record(Role),
-    /// A record already handed to the visitor.
-    RecordTaken(Role),
+    /// A record already handed to the visitor, with the token it gave back; it counts once it is
+    /// appended to its list (see [`super::Visitor::commit_record`]).
+    RecordTaken(Role, u32),
     /// A memoized container the streaming decoder already decoded, by the handle it gave it (see
     /// [`super::MemoHandle`]).
     Handle(u32),
@@ -147,7 +148,7 @@ impl Value {
             Value::Tuple(_) => "tuple",
             Value::Consumed => "consumed object",
             Value::Handle(_) => "decoded object",
-            Value::Record(_) | Value::RecordTaken(_) => "dict",
+            Value::Record(_) | Value::RecordTaken(..) => "dict",
         }
     }
 
@@ -231,7 +232,7 @@ impl fmt::Debug for Value {
             }
             Value::Consumed => write!(f, "<consumed>"),
             Value::Handle(h) => write!(f, "<decoded #{h}>"),
-            Value::Record(r) | Value::RecordTaken(r) => write!(f, "<record of list {r}>"),
+            Value::Record(r) | Value::RecordTaken(r, _) => write!(f, "<record of list {r}>"),
         }
     }
 }

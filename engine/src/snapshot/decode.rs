@@ -284,6 +284,9 @@ struct Decoder {
     /// While streaming: memoized frame lists decoded, for the memo to keep as handles.
     handles: Vec<MemoHandle>,
     streaming: bool,
+    /// Trace entries decoded but not yet appended to their list, with their tokens.
+    pending: std::collections::VecDeque<(u32, Result<TraceEntry, String>)>,
+    next_token: u32,
     /// Reused buffer for the frames of one stack.
     scratch: Vec<Frame>,
     /// Trace-entry key strings seen, by identity (see [`Decoder::entry_key`]).
@@ -346,12 +349,9 @@ impl Visitor for Decoder {
         role: Role,
         items: &[Value],
         handles: &mut Vec<MemoHandle>,
-    ) -> Result<(), String> {
+    ) -> Result<u32, String> {
         let device = usize::from(role - ROLE_TRACE0);
-        if self.streamed.len() <= device {
-            self.streamed.resize_with(device + 1, Vec::new);
-        }
-        let index = self.streamed[device].len();
+        let index = self.streamed.get(device).map_or(0, Vec::len) + self.pending.len();
         self.spend(1, &|| format!("device_traces[{device}]"))
             .map_err(|e| e.to_string())?;
         self.handles = std::mem::take(handles);
@@ -359,7 +359,36 @@ impl Visitor for Decoder {
         let entry = self.entry_fields(items, &|| format!("device_traces[{device}][{index}]"));
         self.streaming = false;
         *handles = std::mem::take(&mut self.handles);
-        self.streamed[device].push(entry.map_err(|e| e.to_string())?);
+        // An error counts only if the record is appended (a dropped dict is no trace entry).
+        let entry = entry.map_err(|e| e.to_string());
+        let token = self.next_token;
+        self.next_token = self.next_token.wrapping_add(1);
+        self.pending.push_back((token, entry));
+        Ok(token)
+    }
+
+    fn commit_record(&mut self, role: Role, token: u32) -> Result<(), String> {
+        let device = usize::from(role - ROLE_TRACE0);
+        // Records are appended in the order they were filled, so this is the front but for
+        // crafted inputs.
+        let entry = match self.pending.front() {
+            Some(&(t, _)) if t == token => self.pending.pop_front().map(|(_, e)| e),
+            _ => self
+                .pending
+                .iter()
+                .position(|&(t, _)| t == token)
+                .and_then(|i| self.pending.remove(i))
+                .map(|(_, e)| e),
+        };
+        let Some(entry) = entry else {
+            return Err(format!(
+                "device_traces[{device}]: a trace entry is appended twice (an object shared in the trace)"
+            ));
+        };
+        if self.streamed.len() <= device {
+            self.streamed.resize_with(device + 1, Vec::new);
+        }
+        self.streamed[device].push(entry?);
         Ok(())
     }
 
@@ -509,6 +538,8 @@ impl Decoder {
             trace_lists: 0,
             handles: Vec::new(),
             streaming: false,
+            pending: std::collections::VecDeque::new(),
+            next_token: 0,
             scratch: Vec::new(),
             keys: Vec::new(),
             actions: Vec::new(),
