@@ -219,7 +219,8 @@ pub struct Unpickler<R> {
     limits: Limits,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    memo: Vec<Option<Value>>,
+    /// The memo's dense part: indices `0..len`, every one stored (a pickler stores them in order).
+    memo: Vec<Value>,
     /// Memo entries stored at indices beyond the dense part (never done by a pickler, but legal):
     /// kept apart so a sparse index cannot make the dense memo allocate for the gap.
     sparse_memo: rustc_hash::FxHashMap<u64, Value>,
@@ -237,6 +238,17 @@ pub struct Unpickler<R> {
 const INTERN_MAX_LEN: usize = 64;
 /// At most this many distinct strings are shared.
 const INTERN_MAX_COUNT: usize = 1 << 16;
+
+/// Pushes a value built in place (no temporary: moving a freshly built enum through a local
+/// costs a store-forwarding stall on the hottest path). Checks the stack limit first.
+macro_rules! push {
+    ($self:ident, $v:expr) => {{
+        if $self.stack.len() >= $self.limits.max_stack {
+            return Err($self.stack_full());
+        }
+        $self.stack.push($v);
+    }};
+}
 
 enum ReadErr {
     Eof,
@@ -397,6 +409,14 @@ impl<R: Read> Unpickler<R> {
             Ok(s) => Ok(Value::Str(Rc::new(s))),
             Err(_) => Err(self.malformed(format!("{what}: invalid UTF-8"))),
         }
+    }
+
+    #[cold]
+    fn stack_full(&self) -> PickleError {
+        self.err(PickleErrorKind::Limit {
+            what: "stack size",
+            limit: self.limits.max_stack as u64,
+        })
     }
 
     #[inline]
@@ -578,7 +598,7 @@ impl<R: Read> Unpickler<R> {
                     && let Some(i) = c.memo_index.get()
                     && let Some(slot) = self.memo.get_mut(i as usize)
                 {
-                    *slot = Some(Value::Consumed);
+                    *slot = Value::Consumed;
                 }
                 visitor
                     .take(list.role, item, &mut self.handles)
@@ -647,19 +667,14 @@ impl<R: Read> Unpickler<R> {
         for h in self.handles.drain(..) {
             if let Some(i) = h.container.memo_index.get()
                 && let Some(slot) = self.memo.get_mut(i as usize)
-                && matches!(slot, Some(Value::List(c) | Value::Dict(c)) if Rc::ptr_eq(c, &h.container))
+                && matches!(slot, Value::List(c) | Value::Dict(c) if Rc::ptr_eq(c, &h.container))
             {
-                *slot = Some(Value::Handle(h.handle));
+                *slot = Value::Handle(h.handle);
             }
         }
     }
 
     fn memo_put(&mut self, index: u64) -> Result<(), PickleError> {
-        let v = self
-            .stack
-            .last()
-            .cloned()
-            .ok_or_else(|| self.malformed("memo store on an empty stack"))?;
         let count = self.memo.len() + self.sparse_memo.len();
         if count >= self.limits.max_memo || index > u64::from(u32::MAX) {
             return Err(self.err(PickleErrorKind::Limit {
@@ -667,44 +682,53 @@ impl<R: Read> Unpickler<R> {
                 limit: self.limits.max_memo as u64,
             }));
         }
-        if let Value::List(c) | Value::Dict(c) = &v
+        let Some(top) = self.stack.last() else {
+            return Err(self.malformed("memo store on an empty stack"));
+        };
+        if let Value::List(c) | Value::Dict(c) = top
             && c.memo_index.get().is_none()
         {
             c.memo_index.set(u32::try_from(index).ok());
         }
         // A record is taken by the visitor: a later reference to it finds it consumed.
-        let v = match v {
-            Value::Record(_) | Value::RecordTaken(..) => Value::Consumed,
+        let top = match top {
+            Value::Record(_) | Value::RecordTaken(..) => &Value::Consumed,
             v => v,
         };
         let i = index as usize;
-        if i < self.memo.len() {
-            self.memo[i] = Some(v);
-        } else if i == self.memo.len() {
-            self.memo.push(Some(v));
+        if i == self.memo.len() {
+            // The usual case, cloned straight into the memo's buffer.
+            self.memo.extend_from_slice(std::slice::from_ref(top));
             // Entries stored ahead of time join the dense part as it reaches them.
             while let Some(next) = self.sparse_memo.remove(&(self.memo.len() as u64)) {
-                self.memo.push(Some(next));
+                self.memo.push(next);
             }
+        } else if i < self.memo.len() {
+            self.memo[i] = top.clone();
         } else {
-            self.sparse_memo.insert(index, v);
+            self.sparse_memo.insert(index, top.clone());
         }
         Ok(())
     }
 
+    #[inline]
     fn memo_get(&mut self, index: u64) -> Result<(), PickleError> {
-        let dense = usize::try_from(index)
-            .ok()
-            .and_then(|i| self.memo.get(i))
-            .and_then(Clone::clone);
-        let v = match dense {
-            Some(v) => v,
-            None => self
-                .sparse_memo
-                .get(&index)
-                .cloned()
-                .ok_or_else(|| self.err(PickleErrorKind::MemoMissing(index)))?,
-        };
+        if self.stack.len() >= self.limits.max_stack {
+            return Err(self.err(PickleErrorKind::Limit {
+                what: "stack size",
+                limit: self.limits.max_stack as u64,
+            }));
+        }
+        // Cloned straight into the stack's buffer (the hottest opcode: no temporary).
+        if let Some(v) = usize::try_from(index).ok().and_then(|i| self.memo.get(i)) {
+            self.stack.extend_from_slice(std::slice::from_ref(v));
+            return Ok(());
+        }
+        let v = self
+            .sparse_memo
+            .get(&index)
+            .cloned()
+            .ok_or_else(|| self.err(PickleErrorKind::MemoMissing(index)))?;
         self.push(v)
     }
 
@@ -795,36 +819,36 @@ impl<R: Read> Unpickler<R> {
                     self.push(v)?;
                 }
                 // Scalars.
-                b'N' => self.push(Value::None)?,
-                0x88 => self.push(Value::Bool(true))?,
-                0x89 => self.push(Value::Bool(false))?,
+                b'N' => push!(self, Value::None),
+                0x88 => push!(self, Value::Bool(true)),
+                0x89 => push!(self, Value::Bool(false)),
                 b'K' => {
                     let [b] = self.exact::<1>("BININT1")?;
-                    self.push(Value::Int(i64::from(b)))?;
+                    push!(self, Value::Int(i64::from(b)));
                 }
                 b'M' => {
                     let b = self.exact::<2>("BININT2")?;
-                    self.push(Value::Int(i64::from(u16::from_le_bytes(b))))?;
+                    push!(self, Value::Int(i64::from(u16::from_le_bytes(b))));
                 }
                 b'J' => {
                     let b = self.exact::<4>("BININT")?;
-                    self.push(Value::Int(i64::from(i32::from_le_bytes(b))))?;
+                    push!(self, Value::Int(i64::from(i32::from_le_bytes(b))));
                 }
                 0x8a => {
                     let [n] = self.exact::<1>("LONG1")?;
-                    let v = if n <= 8 && self.len - self.pos >= usize::from(n) {
+                    if n <= 8 && self.len - self.pos >= usize::from(n) {
                         let n = usize::from(n);
                         let raw = &self.buf[self.pos..self.pos + n];
                         let negative = raw.last().is_some_and(|b| b & 0x80 != 0);
                         let mut le = if negative { [0xff; 8] } else { [0; 8] };
                         le[..n].copy_from_slice(raw);
                         self.pos += n;
-                        Value::Int(i64::from_le_bytes(le))
+                        push!(self, Value::Int(i64::from_le_bytes(le)));
                     } else {
                         let bytes = self.bytes(u64::from(n), "LONG1")?;
-                        self.int_from_le(bytes)
-                    };
-                    self.push(v)?;
+                        let v = self.int_from_le(bytes);
+                        self.push(v)?;
+                    }
                 }
                 0x8b => {
                     let n = u32::from_le_bytes(self.exact::<4>("LONG4")?);
@@ -834,7 +858,7 @@ impl<R: Read> Unpickler<R> {
                 }
                 b'G' => {
                     let b = self.exact::<8>("BINFLOAT")?;
-                    self.push(Value::Float(f64::from_be_bytes(b)))?;
+                    push!(self, Value::Float(f64::from_be_bytes(b)));
                 }
                 b'I' => {
                     let s = self.line("INT")?;
@@ -856,7 +880,7 @@ impl<R: Read> Unpickler<R> {
                         .trim()
                         .parse()
                         .map_err(|_| self.malformed(format!("FLOAT: {s:?} is not a number")))?;
-                    self.push(Value::Float(x))?;
+                    push!(self, Value::Float(x));
                 }
                 // Strings and bytes.
                 0x8c => {
@@ -877,34 +901,34 @@ impl<R: Read> Unpickler<R> {
                 b'C' | b'U' => {
                     let [n] = self.exact::<1>("SHORT_BINBYTES")?;
                     let b = self.bytes(u64::from(n), "SHORT_BINBYTES")?;
-                    self.push(Value::Bytes(Rc::new(b)))?;
+                    push!(self, Value::Bytes(Rc::new(b)));
                 }
                 b'B' | b'T' => {
                     let n = u32::from_le_bytes(self.exact::<4>("BINBYTES")?);
                     let b = self.bytes(u64::from(n), "BINBYTES")?;
-                    self.push(Value::Bytes(Rc::new(b)))?;
+                    push!(self, Value::Bytes(Rc::new(b)));
                 }
                 0x8e | 0x96 => {
                     let n = u64::from_le_bytes(self.exact::<8>("BINBYTES8")?);
                     let b = self.bytes(n, "BINBYTES8")?;
-                    self.push(Value::Bytes(Rc::new(b)))?;
+                    push!(self, Value::Bytes(Rc::new(b)));
                 }
                 // Containers.
                 b'}' => {
                     let record = visitor.record(&self.context(false));
                     match record {
-                        Some(role) => self.push(Value::Record(role))?,
+                        Some(role) => push!(self, Value::Record(role)),
                         None => {
                             let c = self.new_container(visitor, false);
-                            self.push(Value::Dict(c))?;
+                            push!(self, Value::Dict(c));
                         }
                     }
                 }
                 b']' | 0x8f => {
                     let c = self.new_container(visitor, true);
-                    self.push(Value::List(c))?;
+                    push!(self, Value::List(c));
                 }
-                b')' => self.push(Value::Tuple(Rc::new(Tuple::new(Vec::new()))))?,
+                b')' => push!(self, Value::Tuple(Rc::new(Tuple::new(Vec::new())))),
                 0x85..=0x87 => {
                     let n = usize::from(op - 0x84);
                     let floor = self.marks.last().copied().unwrap_or(0);
@@ -913,7 +937,7 @@ impl<R: Read> Unpickler<R> {
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
                     self.check_tuple_depth(&items)?;
-                    self.push(Value::Tuple(Rc::new(Tuple::new(items))))?;
+                    push!(self, Value::Tuple(Rc::new(Tuple::new(items))));
                 }
                 b't' | 0x91 => {
                     let m = self.pop_mark("TUPLE")?;
