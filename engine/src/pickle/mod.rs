@@ -124,6 +124,9 @@ pub struct Context<'a> {
     pub is_list: bool,
     /// The stack is empty: this is the root (or a value at the top level).
     pub at_top: bool,
+    /// Role of the record (see [`Visitor::record`]) below the last `MARK`: the new container is
+    /// one of its values, under `key`.
+    pub parent_record: Option<Role>,
 }
 
 /// Streaming hook: gives containers roles and takes elements of the lists it wants to stream.
@@ -163,6 +166,22 @@ pub trait Visitor {
         _handles: &mut Vec<MemoHandle>,
     ) -> Result<u32, String> {
         Err("records are not supported by this visitor".into())
+    }
+    /// Whether a new list is a *list record*: a value of a record (see [`Visitor::record`]) whose
+    /// items the visitor takes as they are appended ([`Visitor::take_list_items`]), so it is never
+    /// built as a list. Returns its role. It may be referenced again (the memo keeps the
+    /// placeholder, which names the list by a token), but not stored outside a record.
+    fn list_record(&mut self, _ctx: &Context<'_>) -> Option<Role> {
+        None
+    }
+    /// Takes items appended to the list record `token`.
+    fn take_list_items(
+        &mut self,
+        _role: Role,
+        _token: u32,
+        _items: &[Value],
+    ) -> Result<(), String> {
+        Err("list records are not supported by this visitor".into())
     }
     /// Commits a record taken by [`Visitor::take_record`]: it was appended to its list.
     fn commit_record(&mut self, _role: Role, _token: u32) -> Result<(), String> {
@@ -230,6 +249,8 @@ pub struct Unpickler<R> {
     strings: rustc_hash::FxHashMap<Box<[u8]>, Rc<String>>,
     /// Scratch space for [`Visitor::take`].
     handles: Vec<MemoHandle>,
+    /// Tokens given to list records so far.
+    list_tokens: u32,
     /// Offset of the opcode being run.
     op_offset: u64,
 }
@@ -272,6 +293,7 @@ impl<R: Read> Unpickler<R> {
             sparse_memo: rustc_hash::FxHashMap::default(),
             strings: rustc_hash::FxHashMap::default(),
             handles: Vec::new(),
+            list_tokens: 0,
             op_offset: 0,
         }
     }
@@ -329,14 +351,24 @@ impl<R: Read> Unpickler<R> {
         Ok(b)
     }
 
-    #[inline]
+    /// The next `N` bytes (the argument of an opcode). The fast path is inlined; crossing the
+    /// buffer's end takes the cold path.
+    #[inline(always)]
     fn exact<const N: usize>(&mut self, what: &str) -> Result<[u8; N], PickleError> {
-        let mut out = [0u8; N];
-        if self.len - self.pos >= N {
-            out.copy_from_slice(&self.buf[self.pos..self.pos + N]);
+        if let Some(src) = self.buf.get(self.pos..self.pos + N)
+            && self.pos + N <= self.len
+            && let Ok(out) = <[u8; N]>::try_from(src)
+        {
             self.pos += N;
             return Ok(out);
         }
+        self.exact_slow(what)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn exact_slow<const N: usize>(&mut self, what: &str) -> Result<[u8; N], PickleError> {
+        let mut out = [0u8; N];
         for slot in &mut out {
             *slot = self.byte().map_err(|e| self.read_err(e, what))?;
         }
@@ -463,6 +495,7 @@ impl<R: Read> Unpickler<R> {
             top_list: None,
             is_list,
             at_top: self.stack.is_empty(),
+            parent_record: None,
         };
         if let Some(m) = floor
             && m > 0
@@ -475,6 +508,12 @@ impl<R: Read> Unpickler<R> {
                     }
                 }
                 Value::List(parent) => ctx.parent = Some(parent.role),
+                &Value::Record(role) => {
+                    ctx.parent_record = Some(role);
+                    if since_mark % 2 == 1 {
+                        ctx.key = self.stack.last();
+                    }
+                }
                 _ => {}
             }
         }
@@ -521,7 +560,7 @@ impl<R: Read> Unpickler<R> {
                 c.depth.get() + 1
             }
             Value::Tuple(_) => child.depth() + 1,
-            Value::Record(_) | Value::RecordTaken(..) => {
+            Value::Record(_) | Value::RecordTaken(..) | Value::ListRecord(..) => {
                 return Err(self
                     .malformed("a trace entry is stored outside the trace list it was read for"));
             }
@@ -550,7 +589,7 @@ impl<R: Read> Unpickler<R> {
         for v in items {
             match v {
                 Value::List(c) | Value::Dict(c) => c.sealed.set(true),
-                Value::Record(_) | Value::RecordTaken(..) => {
+                Value::Record(_) | Value::RecordTaken(..) | Value::ListRecord(..) => {
                     return Err(self.malformed(
                         "a trace entry is stored outside the trace list it was read for",
                     ));
@@ -570,6 +609,23 @@ impl<R: Read> Unpickler<R> {
     ) -> Result<(), PickleError> {
         let list = match from.checked_sub(1).and_then(|at| self.stack.get(at)) {
             Some(Value::List(l)) => l.clone(),
+            Some(&Value::ListRecord(role, token)) => {
+                for item in &self.stack[from..] {
+                    if matches!(
+                        item,
+                        Value::Record(_) | Value::RecordTaken(..) | Value::ListRecord(..)
+                    ) {
+                        return Err(self.malformed(
+                            "a trace entry is stored outside the trace list it was read for",
+                        ));
+                    }
+                }
+                visitor
+                    .take_list_items(role, token, &self.stack[from..])
+                    .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
+                self.stack.truncate(from);
+                return Ok(());
+            }
             _ => return Err(self.malformed(format!("{opcode} target is not a list"))),
         };
         self.check_open(&list)?;
@@ -925,8 +981,22 @@ impl<R: Read> Unpickler<R> {
                     }
                 }
                 b']' | 0x8f => {
-                    let c = self.new_container(visitor, true);
-                    push!(self, Value::List(c));
+                    let list_record = if op == b']' {
+                        visitor.list_record(&self.context(true))
+                    } else {
+                        None
+                    };
+                    match list_record {
+                        Some(role) => {
+                            let token = self.list_tokens;
+                            self.list_tokens = self.list_tokens.wrapping_add(1);
+                            push!(self, Value::ListRecord(role, token));
+                        }
+                        None => {
+                            let c = self.new_container(visitor, true);
+                            push!(self, Value::List(c));
+                        }
+                    }
                 }
                 b')' => push!(self, Value::Tuple(Rc::new(Tuple::new(Vec::new())))),
                 0x85..=0x87 => {

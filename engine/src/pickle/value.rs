@@ -43,6 +43,9 @@ pub enum Value {
     /// A record already handed to the visitor, with the token it gave back; it counts once it is
     /// appended to its list (see [`super::Visitor::commit_record`]).
     RecordTaken(Role, u32),
+    /// A list record (see [`super::Visitor::list_record`]): a list inside a record whose items the
+    /// visitor takes as they are appended; `u32` is the token that names it to the visitor.
+    ListRecord(Role, u32),
     /// A memoized container the streaming decoder already decoded, by the handle it gave it (see
     /// [`super::MemoHandle`]).
     Handle(u32),
@@ -149,6 +152,7 @@ impl Value {
             Value::Consumed => "consumed object",
             Value::Handle(_) => "decoded object",
             Value::Record(_) | Value::RecordTaken(..) => "dict",
+            Value::ListRecord(..) => "list",
         }
     }
 
@@ -233,6 +237,7 @@ impl fmt::Debug for Value {
             Value::Consumed => write!(f, "<consumed>"),
             Value::Handle(h) => write!(f, "<decoded #{h}>"),
             Value::Record(r) | Value::RecordTaken(r, _) => write!(f, "<record of list {r}>"),
+            Value::ListRecord(r, t) => write!(f, "<list record {t} of role {r}>"),
         }
     }
 }

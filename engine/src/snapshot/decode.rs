@@ -284,13 +284,19 @@ struct Decoder {
     /// While streaming: memoized frame lists decoded, for the memo to keep as handles.
     handles: Vec<MemoHandle>,
     streaming: bool,
+    /// The list record being filled (token, frames so far), others filled out of order, a spare
+    /// buffer, and the stacks of finished list records by token (`u32::MAX`: not yet).
+    building: Option<(u32, Vec<Frame>)>,
+    stash: HashMap<u32, Vec<Frame>>,
+    building_spare: Vec<Frame>,
+    finished: Vec<u32>,
     /// Trace entries decoded but not yet appended to their list, with their tokens.
     pending: std::collections::VecDeque<(u32, Result<TraceEntry, String>)>,
     next_token: u32,
     /// Reused buffer for the frames of one stack.
     scratch: Vec<Frame>,
     /// Trace-entry key strings seen, by identity (see [`Decoder::entry_key`]).
-    keys: Vec<(Rc<String>, Option<EntryKey>)>,
+    keys: [Option<(Rc<String>, Option<EntryKey>)>; KEY_SLOTS],
     /// Action strings seen, by identity.
     actions: Vec<(Rc<String>, Action)>,
     /// Interned string values seen, by identity.
@@ -342,6 +348,46 @@ impl Visitor for Decoder {
             (None, Some(r)) if r >= ROLE_TRACE0 => Some(r),
             _ => None,
         }
+    }
+
+    fn list_record(&mut self, ctx: &Context<'_>) -> Option<Role> {
+        let key = ctx.key?;
+        // The list record has the role of its trace entry's list, which names the device.
+        let record = ctx.parent_record?;
+        (self.entry_key(key) == Some(EntryKey::Frames)).then_some(record)
+    }
+
+    fn take_list_items(&mut self, role: Role, token: u32, items: &[Value]) -> Result<(), String> {
+        let device = usize::from(role.saturating_sub(ROLE_TRACE0));
+        let index = self.streamed.get(device).map_or(0, Vec::len) + self.pending.len();
+        if self.building.as_ref().is_some_and(|(t, _)| *t != token)
+            && let Some((t, frames)) = self.building.take()
+        {
+            // Another list was being filled (never done by a pickler): keep it aside.
+            self.stash.insert(t, frames);
+        }
+        let mut frames = match self.building.take() {
+            Some((_, frames)) => frames,
+            None => self
+                .stash
+                .remove(&token)
+                .unwrap_or_else(|| std::mem::take(&mut self.building_spare)),
+        };
+        let at = frames.len();
+        self.spend(items.len() as u64, &|| {
+            format!("device_traces[{device}][{index}].frames")
+        })
+        .map_err(|e| e.to_string())?;
+        for (i, f) in items.iter().enumerate() {
+            let frame = self
+                .frame(f, &|| {
+                    format!("device_traces[{device}][{index}].frames[{}]", at + i)
+                })
+                .map_err(|e| e.to_string())?;
+            frames.push(frame);
+        }
+        self.building = Some((token, frames));
+        Ok(())
     }
 
     fn take_record(
@@ -416,6 +462,9 @@ impl Visitor for Decoder {
 }
 
 type PathFn<'a> = &'a dyn Fn() -> String;
+
+/// Slots of the decoder's cache of key strings by address.
+const KEY_SLOTS: usize = 64;
 
 /// The fields of a trace entry that the decoder reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -538,10 +587,14 @@ impl Decoder {
             trace_lists: 0,
             handles: Vec::new(),
             streaming: false,
+            building: None,
+            stash: HashMap::default(),
+            building_spare: Vec::new(),
+            finished: Vec::new(),
             pending: std::collections::VecDeque::new(),
             next_token: 0,
             scratch: Vec::new(),
-            keys: Vec::new(),
+            keys: std::array::from_fn(|_| None),
             actions: Vec::new(),
             syms: Vec::new(),
             used: 0,
@@ -569,6 +622,7 @@ impl Decoder {
             Value::List(l) => l,
             Value::None => return Ok(StackId::EMPTY),
             Value::Handle(h) => return Ok(StackId(*h)),
+            &Value::ListRecord(_, token) => return Ok(self.finish_list(token)),
             _ => {
                 return Err(field_err(
                     format!("{}.frames", path()),
@@ -585,36 +639,7 @@ impl Decoder {
         let mut frames = std::mem::take(&mut self.scratch);
         frames.clear();
         for (i, f) in items.iter().enumerate() {
-            let fpath = || format!("{}.frames[{i}]", path());
-            let d = dict_of(f, &fpath)?;
-            let fkey = Rc::as_ptr(d);
-            if let Some(&(_, fr)) = self.frame_cache.get(&fkey) {
-                frames.push(fr);
-                continue;
-            }
-            let (mut name, mut filename, mut line) = (Sym::EMPTY, Sym::EMPTY, 0u32);
-            for kv in d.items.borrow().chunks_exact(2) {
-                let v = &kv[1];
-                match kv[0].as_str() {
-                    Some("name") => name = self.stacks.intern(str_of(v, &fpath, "name")?),
-                    Some("filename") => {
-                        filename = self.stacks.intern(str_of(v, &fpath, "filename")?);
-                    }
-                    Some("line") => {
-                        line = u32::try_from(int_of(v, &fpath, "line")?).unwrap_or(0);
-                    }
-                    _ => {}
-                }
-            }
-            let frame = Frame {
-                name,
-                filename,
-                line,
-            };
-            if d.memo_index.get().is_some() {
-                self.frame_cache.insert(fkey, (d.clone(), frame));
-            }
-            frames.push(frame);
+            frames.push(self.frame(f, &|| format!("{}.frames[{i}]", path()))?);
         }
         drop(items);
         let id = self.stacks.intern_stack_slice(&frames);
@@ -634,21 +659,83 @@ impl Decoder {
         Ok(id)
     }
 
+    /// One frame dict, decoded once per (memoized) dict.
+    fn frame(&mut self, f: &Value, fpath: PathFn) -> Result<Frame, ReadError> {
+        let d = dict_of(f, fpath)?;
+        let fkey = Rc::as_ptr(d);
+        if let Some(&(_, fr)) = self.frame_cache.get(&fkey) {
+            return Ok(fr);
+        }
+        let (mut name, mut filename, mut line) = (Sym::EMPTY, Sym::EMPTY, 0u32);
+        for kv in d.items.borrow().chunks_exact(2) {
+            let v = &kv[1];
+            match kv[0].as_str() {
+                Some("name") => name = self.stacks.intern(str_of(v, fpath, "name")?),
+                Some("filename") => {
+                    filename = self.stacks.intern(str_of(v, fpath, "filename")?);
+                }
+                Some("line") => {
+                    line = u32::try_from(int_of(v, fpath, "line")?).unwrap_or(0);
+                }
+                _ => {}
+            }
+        }
+        let frame = Frame {
+            name,
+            filename,
+            line,
+        };
+        if d.memo_index.get().is_some() {
+            self.frame_cache.insert(fkey, (d.clone(), frame));
+        }
+        Ok(frame)
+    }
+
+    /// The stack of a list record, interned when it is first used (later uses find it by token).
+    fn finish_list(&mut self, token: u32) -> StackId {
+        let t = token as usize;
+        if let Some(&id) = self.finished.get(t)
+            && id != u32::MAX
+        {
+            return StackId(id);
+        }
+        let frames = match self.building.take() {
+            Some((b, frames)) if b == token => frames,
+            other => {
+                self.building = other;
+                self.stash.remove(&token).unwrap_or_default()
+            }
+        };
+        let id = self.stacks.intern_stack_slice(&frames);
+        let mut frames = frames;
+        frames.clear();
+        if self.building.is_none() {
+            self.building_spare = frames;
+        }
+        if self.finished.len() <= t {
+            self.finished.resize(t + 1, u32::MAX);
+        }
+        self.finished[t] = id.0;
+        id
+    }
+
     /// Which field a trace-entry key names. Keys are the same few string objects over and over,
     /// so they are recognised by address first (each kept alive here, so an address cannot be
     /// reused).
     fn entry_key(&mut self, k: &Value) -> Option<EntryKey> {
         let Value::Str(s) = k else { return None };
-        if let Some((_, known)) = self.keys.iter().find(|(rc, _)| Rc::ptr_eq(rc, s)) {
+        // Direct-mapped by address: one comparison in the usual case.
+        let slot = (Rc::as_ptr(s) as usize >> 4) % KEY_SLOTS;
+        if let Some((rc, known)) = &self.keys[slot]
+            && Rc::ptr_eq(rc, s)
+        {
             return *known;
         }
         let known = EntryKey::ALL
             .iter()
             .find(|(name, _)| *name == s.as_str())
             .map(|&(_, key)| key);
-        if self.keys.len() < 64 {
-            self.keys.push((s.clone(), known));
-        }
+        self.keys[slot] = Some((s.clone(), known));
         known
     }
 
