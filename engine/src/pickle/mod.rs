@@ -274,6 +274,8 @@ macro_rules! push {
 enum ReadErr {
     Eof,
     Io(String),
+    /// More than `max_input_bytes` were read (checked once per buffer refill).
+    TooLarge,
 }
 
 impl<R: Read> Unpickler<R> {
@@ -318,6 +320,9 @@ impl<R: Read> Unpickler<R> {
         self.base += self.pos as u64;
         self.pos = 0;
         self.len = 0;
+        if self.base > self.limits.max_input_bytes {
+            return Err(ReadErr::TooLarge);
+        }
         loop {
             match self.reader.read(&mut self.buf) {
                 Ok(0) => return Ok(false),
@@ -338,6 +343,10 @@ impl<R: Read> Unpickler<R> {
                 self.offset()
             ))),
             ReadErr::Io(msg) => self.err(PickleErrorKind::Io(msg)),
+            ReadErr::TooLarge => self.err(PickleErrorKind::Limit {
+                what: "input size",
+                limit: self.limits.max_input_bytes,
+            }),
         }
     }
 
@@ -767,19 +776,21 @@ impl<R: Read> Unpickler<R> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn memo_get(&mut self, index: u64) -> Result<(), PickleError> {
         if self.stack.len() >= self.limits.max_stack {
-            return Err(self.err(PickleErrorKind::Limit {
-                what: "stack size",
-                limit: self.limits.max_stack as u64,
-            }));
+            return Err(self.stack_full());
         }
-        // Cloned straight into the stack's buffer (the hottest opcode: no temporary).
         if let Some(v) = usize::try_from(index).ok().and_then(|i| self.memo.get(i)) {
-            self.stack.extend_from_slice(std::slice::from_ref(v));
+            let v = v.clone();
+            self.stack.push(v);
             return Ok(());
         }
+        self.memo_get_sparse(index)
+    }
+
+    #[cold]
+    fn memo_get_sparse(&mut self, index: u64) -> Result<(), PickleError> {
         let v = self
             .sparse_memo
             .get(&index)
@@ -814,12 +825,6 @@ impl<R: Read> Unpickler<R> {
     pub fn load(mut self, visitor: &mut impl Visitor) -> Result<Value, PickleError> {
         loop {
             self.op_offset = self.offset();
-            if self.op_offset > self.limits.max_input_bytes {
-                return Err(self.err(PickleErrorKind::Limit {
-                    what: "input size",
-                    limit: self.limits.max_input_bytes,
-                }));
-            }
             let op = match self.byte() {
                 Ok(b) => b,
                 Err(ReadErr::Eof) => {
@@ -828,6 +833,12 @@ impl<R: Read> Unpickler<R> {
                     )));
                 }
                 Err(ReadErr::Io(m)) => return Err(self.err(PickleErrorKind::Io(m))),
+                Err(ReadErr::TooLarge) => {
+                    return Err(self.err(PickleErrorKind::Limit {
+                        what: "input size",
+                        limit: self.limits.max_input_bytes,
+                    }));
+                }
             };
             match op {
                 // Framing and protocol.
