@@ -247,6 +247,8 @@ pub struct Unpickler<R> {
     /// as fresh objects in every trace entry, and each would otherwise cost an allocation and stay
     /// alive in the memo.
     strings: rustc_hash::FxHashMap<Box<[u8]>, Rc<String>>,
+    /// The short string most recently shared (checked before the table).
+    last_string: Option<Rc<String>>,
     /// Scratch space for [`Visitor::take`].
     handles: Vec<MemoHandle>,
     /// Tokens given to list records so far.
@@ -294,6 +296,7 @@ impl<R: Read> Unpickler<R> {
             memo: Vec::new(),
             sparse_memo: rustc_hash::FxHashMap::default(),
             strings: rustc_hash::FxHashMap::default(),
+            last_string: None,
             handles: Vec::new(),
             list_tokens: 0,
             op_offset: 0,
@@ -431,9 +434,19 @@ impl<R: Read> Unpickler<R> {
             && self.len - self.pos >= len
         {
             let raw = &self.buf[self.pos..self.pos + len];
-            if let Some(s) = self.strings.get(raw) {
+            // The same short string repeats entry after entry (`"N/A"`): try the last one first.
+            if let Some(last) = &self.last_string
+                && last.as_bytes() == raw
+            {
+                let s = last.clone();
                 self.pos += len;
-                return Ok(Value::Str(s.clone()));
+                return Ok(Value::Str(s));
+            }
+            if let Some(s) = self.strings.get(raw) {
+                let s = s.clone();
+                self.last_string = Some(s.clone());
+                self.pos += len;
+                return Ok(Value::Str(s));
             }
             let Ok(text) = std::str::from_utf8(raw) else {
                 return Err(self.malformed(format!("{what}: invalid UTF-8")));
@@ -728,7 +741,11 @@ impl<R: Read> Unpickler<R> {
     }
 
     /// Replaces memo slots of containers the visitor decoded by their handles.
+    #[inline]
     fn apply_handles(&mut self) {
+        if self.handles.is_empty() {
+            return;
+        }
         for h in self.handles.drain(..) {
             if let Some(i) = h.container.memo_index.get()
                 && let Some(slot) = self.memo.get_mut(i as usize)
@@ -765,7 +782,9 @@ impl<R: Read> Unpickler<R> {
             // The usual case, cloned straight into the memo's buffer.
             self.memo.extend_from_slice(std::slice::from_ref(top));
             // Entries stored ahead of time join the dense part as it reaches them.
-            while let Some(next) = self.sparse_memo.remove(&(self.memo.len() as u64)) {
+            while !self.sparse_memo.is_empty()
+                && let Some(next) = self.sparse_memo.remove(&(self.memo.len() as u64))
+            {
                 self.memo.push(next);
             }
         } else if i < self.memo.len() {

@@ -297,6 +297,8 @@ struct Decoder {
     scratch: Vec<Frame>,
     /// Trace-entry key strings seen, by identity (see [`Decoder::entry_key`]).
     keys: [Option<(Rc<String>, Option<EntryKey>)>; KEY_SLOTS],
+    /// Frame dicts decoded recently, by address (each holds its dict, like `frame_cache`).
+    recent_frames: [Option<(Rc<Container>, Frame)>; FRAME_SLOTS],
     /// Action strings seen, by identity.
     actions: Vec<(Rc<String>, Action)>,
     /// Interned string values seen, by identity.
@@ -465,6 +467,8 @@ type PathFn<'a> = &'a dyn Fn() -> String;
 
 /// Slots of the decoder's cache of key strings by address.
 const KEY_SLOTS: usize = 64;
+/// Slots of the decoder's cache of recent frame dicts by address.
+const FRAME_SLOTS: usize = 256;
 
 /// The fields of a trace entry that the decoder reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -595,6 +599,7 @@ impl Decoder {
             next_token: 0,
             scratch: Vec::new(),
             keys: std::array::from_fn(|_| None),
+            recent_frames: std::array::from_fn(|_| None),
             actions: Vec::new(),
             syms: Vec::new(),
             used: 0,
@@ -663,7 +668,16 @@ impl Decoder {
     fn frame(&mut self, f: &Value, fpath: PathFn) -> Result<Frame, ReadError> {
         let d = dict_of(f, fpath)?;
         let fkey = Rc::as_ptr(d);
-        if let Some(&(_, fr)) = self.frame_cache.get(&fkey) {
+        // Direct-mapped in front of the map: a stack repeats the same few frame dicts.
+        let slot = (fkey as usize >> 4) % FRAME_SLOTS;
+        if let Some((rc, fr)) = &self.recent_frames[slot]
+            && Rc::ptr_eq(rc, d)
+        {
+            return Ok(*fr);
+        }
+        if let Some((rc, fr)) = self.frame_cache.get(&fkey) {
+            let fr = *fr;
+            self.recent_frames[slot] = Some((rc.clone(), fr));
             return Ok(fr);
         }
         let (mut name, mut filename, mut line) = (Sym::EMPTY, Sym::EMPTY, 0u32);
@@ -687,6 +701,7 @@ impl Decoder {
         };
         if d.memo_index.get().is_some() {
             self.frame_cache.insert(fkey, (d.clone(), frame));
+            self.recent_frames[slot] = Some((d.clone(), frame));
         }
         Ok(frame)
     }
