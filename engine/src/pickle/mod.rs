@@ -239,7 +239,13 @@ pub struct Unpickler<R> {
     stack: Vec<Value>,
     marks: Vec<usize>,
     /// The memo's dense part: indices `0..len`, every one stored (a pickler stores them in order).
-    memo: Vec<Value>,
+    memo: Vec<u32>,
+    /// What the memo's slots point to: distinct values, `[0]` = consumed. A snapshot stores the
+    /// same string object (`"N/A"`) and a consumed trace entry in two slots per entry, so slots
+    /// are 4 bytes and repeats share one value.
+    memo_values: Vec<Value>,
+    /// The string most recently memoized, and its value index (repeats share it).
+    memo_last_str: Option<(Rc<String>, u32)>,
     /// Memo entries stored at indices beyond the dense part (never done by a pickler, but legal):
     /// kept apart so a sparse index cannot make the dense memo allocate for the gap.
     sparse_memo: rustc_hash::FxHashMap<u64, Value>,
@@ -294,6 +300,8 @@ impl<R: Read> Unpickler<R> {
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Vec::new(),
+            memo_values: vec![Value::Consumed],
+            memo_last_str: None,
             sparse_memo: rustc_hash::FxHashMap::default(),
             strings: rustc_hash::FxHashMap::default(),
             last_string: None,
@@ -674,7 +682,9 @@ impl<R: Read> Unpickler<R> {
                 }
                 if let Value::List(c) | Value::Dict(c) = &item
                     && let Some(i) = c.memo_index.get()
-                    && let Some(slot) = self.memo.get_mut(i as usize)
+                    && let Some(&t) = self.memo.get(i as usize)
+                    && let Some(slot) = self.memo_values.get_mut(t as usize)
+                    && t != 0
                 {
                     *slot = Value::Consumed;
                 }
@@ -748,7 +758,8 @@ impl<R: Read> Unpickler<R> {
         }
         for h in self.handles.drain(..) {
             if let Some(i) = h.container.memo_index.get()
-                && let Some(slot) = self.memo.get_mut(i as usize)
+                && let Some(&t) = self.memo.get(i as usize)
+                && let Some(slot) = self.memo_values.get_mut(t as usize)
                 && matches!(slot, Value::List(c) | Value::Dict(c) if Rc::ptr_eq(c, &h.container))
             {
                 *slot = Value::Handle(h.handle);
@@ -778,19 +789,47 @@ impl<R: Read> Unpickler<R> {
             v => v,
         };
         let i = index as usize;
-        if i == self.memo.len() {
-            // The usual case, cloned straight into the memo's buffer.
-            self.memo.extend_from_slice(std::slice::from_ref(top));
-            // Entries stored ahead of time join the dense part as it reaches them.
-            while !self.sparse_memo.is_empty()
-                && let Some(next) = self.sparse_memo.remove(&(self.memo.len() as u64))
-            {
-                self.memo.push(next);
-            }
-        } else if i < self.memo.len() {
-            self.memo[i] = top.clone();
-        } else {
+        if i > self.memo.len() {
             self.sparse_memo.insert(index, top.clone());
+            return Ok(());
+        }
+        let t = match top {
+            Value::Consumed => 0,
+            Value::Str(s)
+                if self
+                    .memo_last_str
+                    .as_ref()
+                    .is_some_and(|(last, _)| Rc::ptr_eq(last, s)) =>
+            {
+                self.memo_last_str.as_ref().map_or(0, |(_, t)| *t)
+            }
+            _ => {
+                let t = u32::try_from(self.memo_values.len()).map_err(|_| {
+                    self.err(PickleErrorKind::Limit {
+                        what: "memo size",
+                        limit: u64::from(u32::MAX),
+                    })
+                })?;
+                if let Value::Str(s) = top {
+                    self.memo_last_str = Some((s.clone(), t));
+                }
+                self.memo_values
+                    .extend_from_slice(std::slice::from_ref(top));
+                t
+            }
+        };
+        if i < self.memo.len() {
+            self.memo[i] = t;
+            return Ok(());
+        }
+        self.memo.push(t);
+        // Entries stored ahead of time join the dense part as it reaches them.
+        while !self.sparse_memo.is_empty()
+            && let Some(next) = self.sparse_memo.remove(&(self.memo.len() as u64))
+        {
+            let t = u32::try_from(self.memo_values.len()).unwrap_or(0);
+            self.memo_values.push(next);
+            self.memo.push(t);
         }
         Ok(())
     }
@@ -800,7 +839,9 @@ impl<R: Read> Unpickler<R> {
         if self.stack.len() >= self.limits.max_stack {
             return Err(self.stack_full());
         }
-        if let Some(v) = usize::try_from(index).ok().and_then(|i| self.memo.get(i)) {
+        if let Some(&t) = usize::try_from(index).ok().and_then(|i| self.memo.get(i))
+            && let Some(v) = self.memo_values.get(t as usize)
+        {
             let v = v.clone();
             self.stack.push(v);
             return Ok(());
