@@ -4,7 +4,8 @@
 //! any width, float, bool, None, the memo and framing of protocols 0–5). Opcodes that import or call
 //! (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`, `INST`, `OBJ`, `NEWOBJ`, `NEWOBJ_EX`, `EXT*`,
 //! persistent ids, out-of-band buffers) and unknown bytes are refused with an error that names the
-//! opcode and its byte offset.
+//! opcode and its byte offset. Protocol 0/1 text strings (`STRING`, `UNICODE`) are refused as
+//! unsupported (never written by PyTorch).
 //!
 //! Bounded by [`Limits`]: nesting depth, stack size, memo size, string length, and the number of bytes
 //! read. The reader works on a stack of its own, never by recursion, so hostile nesting cannot
@@ -12,8 +13,10 @@
 //!
 //! For large snapshots the reader streams: a [`Visitor`] gives each container a role when it is
 //! created (from its parent's role and its key) and may *take* the elements of a list as they are
-//! appended, so a trace of a million entries is turned into typed records on the fly instead of
-//! being held as a tree of dicts.
+//! appended. A dict it marks as a *record* is never built: its keys and values are handed over
+//! from the stack when it is filled, and it counts when it is appended to its list; a list it marks
+//! as a *list record* is handed over the same way. So a trace of a million entries becomes typed
+//! records on the fly instead of a tree of dicts.
 
 mod ops;
 mod value;

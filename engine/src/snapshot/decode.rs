@@ -2,8 +2,8 @@
 //! pickle's traces straight into typed entries, and checks every field's type, naming the field and
 //! the byte where a check failed.
 //!
-//! Memory: the unpacked bytes are never held whole; a trace entry costs its typed size (~72 bytes)
-//! once read. JSON input is parsed into a tree first (it has no streaming path), so a JSON snapshot
+//! Memory: the unpacked bytes are never held whole; a trace entry costs its typed size (56 bytes)
+//! plus 4-byte memo slots once read. JSON input is parsed into a tree first (it has no streaming path), so a JSON snapshot
 //! costs more memory than the same pickle.
 
 use rustc_hash::FxHashMap as HashMap;
@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use super::model::*;
 use crate::pickle::{
-    self, Container, Context, Limits, MemoHandle, PickleError, Role, Unpickler, Value, Visitor,
+    Container, Context, Limits, MemoHandle, PickleError, Role, Unpickler, Value, Visitor,
 };
 
 /// Options for reading a snapshot.
@@ -1215,9 +1215,4 @@ impl<'de> serde::de::Visitor<'de> for JsonVisitor {
         }
         Ok(Value::Dict(c))
     }
-}
-
-/// A helper for [`pickle::from_slice`] users that want the raw tree of a snapshot.
-pub fn raw_tree(bytes: &[u8], limits: Limits) -> Result<Value, PickleError> {
-    pickle::from_slice(bytes, limits)
 }

@@ -323,11 +323,6 @@ impl Stacks {
         sym
     }
 
-    /// Interns a stack.
-    pub fn intern_stack(&mut self, frames: Vec<Frame>) -> StackId {
-        self.intern_stack_slice(&frames)
-    }
-
     /// Interns a stack given as a slice (copied only when it is new).
     pub fn intern_stack_slice(&mut self, frames: &[Frame]) -> StackId {
         if frames.is_empty() {
