@@ -268,10 +268,10 @@ fn snake<T: Serialize>(v: &T) -> String {
     }
 }
 
+/// Whether a `file:line:function` frame is library code (the rule of [`analysis::sites`]).
 fn is_library_frame(frame: &str) -> bool {
-    ["/site-packages/", "/dist-packages/", "/torch/", "<frozen"]
-        .iter()
-        .any(|p| frame.contains(p))
+    let file = frame.rsplitn(3, ':').nth(2).unwrap_or(frame);
+    analysis::sites::is_library_frame(file)
 }
 
 fn render_log(out: &mut String, name: &str, messages: &[OomMessage]) {

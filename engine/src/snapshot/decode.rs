@@ -161,8 +161,8 @@ impl Read for ChunkReader {
     }
 }
 
-/// What the first bytes of (unpacked) data say it is.
-fn sniff(head: &[u8]) -> Option<Encoding> {
+/// What the first bytes of (unpacked) data say it is: a pickle, JSON, or neither.
+pub fn sniff_encoding(head: &[u8]) -> Option<Encoding> {
     let first = head
         .iter()
         .copied()
@@ -187,7 +187,7 @@ fn read_plain<R: Read>(
         [0x80, p, ..] => Some(*p),
         _ => None,
     };
-    let encoding = match sniff(head) {
+    let encoding = match sniff_encoding(head) {
         Some(e) => e,
         None if head.is_empty() => return Err(ReadError::NotSnapshot("the input is empty".into())),
         None => {
@@ -398,15 +398,7 @@ impl Visitor for Decoder {
         items: &[Value],
         handles: &mut Vec<MemoHandle>,
     ) -> Result<u32, String> {
-        let device = usize::from(role - ROLE_TRACE0);
-        let index = self.streamed.get(device).map_or(0, Vec::len) + self.pending.len();
-        self.spend(1, &|| format!("device_traces[{device}]"))
-            .map_err(|e| e.to_string())?;
-        self.handles = std::mem::take(handles);
-        self.streaming = true;
-        let entry = self.entry_fields(items, &|| format!("device_traces[{device}][{index}]"));
-        self.streaming = false;
-        *handles = std::mem::take(&mut self.handles);
+        let entry = self.streamed_entry(role, handles, |d, path| d.entry_fields(items, path))?;
         // An error counts only if the record is appended (a dropped dict is no trace entry).
         let entry = entry.map_err(|e| e.to_string());
         let token = self.next_token;
@@ -447,17 +439,10 @@ impl Visitor for Decoder {
         handles: &mut Vec<MemoHandle>,
     ) -> Result<(), String> {
         let device = usize::from(role - ROLE_TRACE0);
+        let entry = self.streamed_entry(role, handles, |d, path| d.trace_entry(&item, path))?;
         if self.streamed.len() <= device {
             self.streamed.resize_with(device + 1, Vec::new);
         }
-        let index = self.streamed[device].len();
-        self.spend(1, &|| format!("device_traces[{device}]"))
-            .map_err(|e| e.to_string())?;
-        self.handles = std::mem::take(handles);
-        self.streaming = true;
-        let entry = self.trace_entry(&item, &|| format!("device_traces[{device}][{index}]"));
-        self.streaming = false;
-        *handles = std::mem::take(&mut self.handles);
         self.streamed[device].push(entry.map_err(|e| e.to_string())?);
         Ok(())
     }
@@ -662,6 +647,27 @@ impl Decoder {
             }
         }
         Ok(id)
+    }
+
+    /// Decodes the next trace entry of list `role` while streaming: spends its record budget, names
+    /// its path, and lends `handles` to the decode (memoized frame lists it decodes are handed
+    /// back for the memo). The outer error is the budget's; the inner one the entry's own.
+    fn streamed_entry(
+        &mut self,
+        role: Role,
+        handles: &mut Vec<MemoHandle>,
+        decode: impl FnOnce(&mut Self, PathFn) -> Result<TraceEntry, ReadError>,
+    ) -> Result<Result<TraceEntry, ReadError>, String> {
+        let device = usize::from(role - ROLE_TRACE0);
+        let index = self.streamed.get(device).map_or(0, Vec::len) + self.pending.len();
+        self.spend(1, &|| format!("device_traces[{device}]"))
+            .map_err(|e| e.to_string())?;
+        self.handles = std::mem::take(handles);
+        self.streaming = true;
+        let entry = decode(self, &|| format!("device_traces[{device}][{index}]"));
+        self.streaming = false;
+        *handles = std::mem::take(&mut self.handles);
+        Ok(entry)
     }
 
     /// One frame dict, decoded once per (memoized) dict.

@@ -6,5 +6,6 @@ pub mod model;
 
 pub use decode::{
     ReadError, ReadOptions, read_snapshot, read_snapshot_bytes, read_snapshot_parallel,
+    sniff_encoding,
 };
 pub use model::*;

@@ -5,7 +5,9 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use oomlens_engine::report::{self, Report};
-use oomlens_engine::snapshot::{ReadError, ReadOptions, read_snapshot, read_snapshot_parallel};
+use oomlens_engine::snapshot::{
+    ReadError, ReadOptions, read_snapshot, read_snapshot_parallel, sniff_encoding,
+};
 
 use super::{Failure, emit};
 
@@ -48,12 +50,8 @@ enum Kind {
 fn sniff(head: &[u8]) -> Kind {
     match head.first() {
         None => Kind::Empty,
-        Some(0x80 | b'(' | b'}' | b']') => Kind::Snapshot,
+        Some(_) if sniff_encoding(head).is_some() => Kind::Snapshot,
         Some(_) => {
-            let first = head.iter().find(|b| !b.is_ascii_whitespace());
-            if matches!(first, Some(b'{' | b'[')) {
-                return Kind::Snapshot;
-            }
             let probe = &head[..head.len().min(4096)];
             let text = match std::str::from_utf8(probe) {
                 Ok(_) => true,
