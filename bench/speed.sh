@@ -16,7 +16,7 @@ runs=${2:-5}
 command -v /usr/bin/time >/dev/null || { echo "needs GNU time (Debian package: time)" >&2; exit 2; }
 
 cargo build --release -q -p oomlens
-bin=target/release/oomlens
+bin=${CARGO_TARGET_DIR:-target}/release/oomlens
 unpacked=$(python3 -c 'import gzip,sys; print(len(gzip.open(sys.argv[1]).read()))' "$file" 2>/dev/null \
   || wc -c <"$file")
 

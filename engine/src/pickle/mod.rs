@@ -162,10 +162,12 @@ pub trait Visitor {
     /// returns a token for it. The record counts only once [`Visitor::commit_record`] is called
     /// with that token (when the record is appended to its list): a record a pickle builds and
     /// then drops is never committed.
+    /// Items may be [`Value::MemoStr`]: resolve them through `memo`.
     fn take_record(
         &mut self,
         _role: Role,
         _items: &[Value],
+        _memo: MemoView<'_>,
         _handles: &mut Vec<MemoHandle>,
     ) -> Result<u32, String> {
         Err("records are not supported by this visitor".into())
@@ -199,6 +201,24 @@ pub struct MemoHandle {
     pub container: Rc<Container>,
     /// What the memo keeps instead.
     pub handle: u32,
+}
+
+/// The memo's table of values, to resolve the [`Value::MemoStr`] items of a record.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemoView<'a>(&'a [Value]);
+
+impl<'a> MemoView<'a> {
+    /// The value itself: the memoized string for a [`Value::MemoStr`], else `v`.
+    #[inline]
+    pub fn resolve<'b>(self, v: &'b Value) -> &'b Value
+    where
+        'a: 'b,
+    {
+        match *v {
+            Value::MemoStr(t) => self.0.get(t as usize).unwrap_or(v),
+            _ => v,
+        }
+    }
 }
 
 /// A visitor that streams nothing: the whole pickle is built as a tree of [`Value`]s.
@@ -520,6 +540,7 @@ impl<R: Read> Unpickler<R> {
 
     /// Where a container created now would stand (see [`Context`]).
     fn context(&self, is_list: bool) -> Context<'_> {
+        let memo = MemoView(&self.memo_values);
         let floor = self.marks.last().copied();
         let since_mark = self.stack.len() - floor.unwrap_or(0);
         let mut ctx = Context {
@@ -537,14 +558,14 @@ impl<R: Read> Unpickler<R> {
                 Value::Dict(parent) => {
                     ctx.parent = Some(parent.role);
                     if since_mark % 2 == 1 {
-                        ctx.key = self.stack.last();
+                        ctx.key = self.stack.last().map(|k| memo.resolve(k));
                     }
                 }
                 Value::List(parent) => ctx.parent = Some(parent.role),
                 &Value::Record(role) => {
                     ctx.parent_record = Some(role);
                     if since_mark % 2 == 1 {
-                        ctx.key = self.stack.last();
+                        ctx.key = self.stack.last().map(|k| memo.resolve(k));
                     }
                 }
                 _ => {}
@@ -552,13 +573,14 @@ impl<R: Read> Unpickler<R> {
         }
         let n = self.stack.len();
         if since_mark >= 2
-            && let (Value::Dict(d), Value::Str(_)) = (&self.stack[n - 2], &self.stack[n - 1])
+            && let (Value::Dict(d), Value::Str(_) | Value::MemoStr(_)) =
+                (&self.stack[n - 2], &self.stack[n - 1])
             && !d.sealed.get()
             && floor.is_none_or(|m| m < n - 2)
         {
             // SETITEM form: `dict key <value>` with no mark.
             ctx.parent = Some(d.role);
-            ctx.key = self.stack.last();
+            ctx.key = self.stack.last().map(|k| memo.resolve(k));
         }
         if since_mark >= 1
             && let Some(Value::List(l)) = self.stack.last()
@@ -640,6 +662,7 @@ impl<R: Read> Unpickler<R> {
         visitor: &mut impl Visitor,
         opcode: &str,
     ) -> Result<(), PickleError> {
+        self.materialize(from);
         let list = match from.checked_sub(1).and_then(|at| self.stack.get(at)) {
             Some(Value::List(l)) => l.clone(),
             Some(&Value::ListRecord(role, token)) => {
@@ -676,7 +699,7 @@ impl<R: Read> Unpickler<R> {
                     // An entry with no keys at all.
                     Value::Record(role) if role == list.role => {
                         visitor
-                            .take_record(role, &[], &mut self.handles)
+                            .take_record(role, &[], MemoView::default(), &mut self.handles)
                             .and_then(|token| visitor.commit_record(role, token))
                             .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
                         continue;
@@ -727,6 +750,7 @@ impl<R: Read> Unpickler<R> {
             return Err(self.malformed(format!("{opcode} with an odd number of items")));
         }
         self.check_open(&dict)?;
+        self.materialize(from);
         for item in &self.stack[from..] {
             self.attach(&dict, item)?;
         }
@@ -745,12 +769,53 @@ impl<R: Read> Unpickler<R> {
             return Err(self.malformed("SETITEMS with an odd number of items"));
         }
         let token = visitor
-            .take_record(role, &self.stack[from..], &mut self.handles)
+            .take_record(
+                role,
+                &self.stack[from..],
+                MemoView(&self.memo_values),
+                &mut self.handles,
+            )
             .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
         self.apply_handles();
-        self.stack.truncate(from);
+        self.truncate_stack(from);
         self.stack[from - 1] = Value::RecordTaken(role, token);
         Ok(())
+    }
+
+    /// `stack.truncate(from)`, with the drop of values that own nothing (a record's keys and
+    /// scalars, nearly all of a trace) decided inline instead of by a call per value.
+    #[inline]
+    fn truncate_stack(&mut self, from: usize) {
+        while self.stack.len() > from {
+            match self.stack.pop() {
+                Some(
+                    v @ (Value::None
+                    | Value::Bool(_)
+                    | Value::Int(_)
+                    | Value::Float(_)
+                    | Value::MemoStr(_)
+                    | Value::Handle(_)
+                    | Value::Consumed
+                    | Value::Record(_)
+                    | Value::RecordTaken(..)
+                    | Value::ListRecord(..)),
+                ) => std::mem::forget(v),
+                other => drop(other),
+            }
+        }
+    }
+
+    /// Replaces every [`Value::MemoStr`] in `stack[from..]` by the string itself, before the values
+    /// are stored or handed over.
+    #[inline]
+    fn materialize(&mut self, from: usize) {
+        for v in self.stack.get_mut(from..).unwrap_or_default() {
+            if let Value::MemoStr(t) = *v
+                && let Some(s) = self.memo_values.get(t as usize)
+            {
+                *v = s.clone();
+            }
+        }
     }
 
     /// Replaces memo slots of containers the visitor decoded by their handles.
@@ -793,11 +858,13 @@ impl<R: Read> Unpickler<R> {
         };
         let i = index as usize;
         if i > self.memo.len() {
-            self.sparse_memo.insert(index, top.clone());
+            let v = MemoView(&self.memo_values).resolve(top).clone();
+            self.sparse_memo.insert(index, v);
             return Ok(());
         }
         let t = match top {
             Value::Consumed => 0,
+            Value::MemoStr(t) => *t,
             Value::Str(s)
                 if self
                     .memo_last_str
@@ -845,7 +912,11 @@ impl<R: Read> Unpickler<R> {
         if let Some(&t) = usize::try_from(index).ok().and_then(|i| self.memo.get(i))
             && let Some(v) = self.memo_values.get(t as usize)
         {
-            let v = v.clone();
+            // A string (a dict key, mostly) is pushed by reference: no count to raise and drop.
+            let v = match v {
+                Value::Str(_) => Value::MemoStr(t),
+                v => v.clone(),
+            };
             self.stack.push(v);
             return Ok(());
         }
@@ -918,6 +989,7 @@ impl<R: Read> Unpickler<R> {
                     // Stricter than CPython, which ignores what is left below the top: a pickler
                     // never leaves anything, so leftovers mean a malformed or crafted input.
                     let v = self.pop("STOP")?;
+                    let v = MemoView(&self.memo_values).resolve(&v).clone();
                     if !self.stack.is_empty() || !self.marks.is_empty() {
                         return Err(self.malformed("STOP with values left on the stack"));
                     }
@@ -1079,12 +1151,14 @@ impl<R: Read> Unpickler<R> {
                     if self.stack.len() < floor + n {
                         return Err(self.malformed(format!("TUPLE{n} needs {n} values")));
                     }
+                    self.materialize(self.stack.len() - n);
                     let items = self.stack.split_off(self.stack.len() - n);
                     self.check_tuple_depth(&items)?;
                     push!(self, Value::Tuple(Rc::new(Tuple::new(items))));
                 }
                 b't' | 0x91 => {
                     let m = self.pop_mark("TUPLE")?;
+                    self.materialize(m);
                     let items = self.stack.split_off(m);
                     self.check_tuple_depth(&items)?;
                     let v = if op == b't' {

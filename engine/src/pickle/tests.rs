@@ -194,3 +194,38 @@ fn protocol_0_text_opcodes() {
     assert_eq!(pairs[0].1.as_i128(), Some(123_456_789_012_345_678_901_234));
     assert!(matches!(pairs[1].1, Value::Float(x) if x == 2.5));
 }
+
+// s = "k"; pickle.dumps([s, (s, s), {s: s}, [s]], protocol=4): one string object, fetched from
+// the memo by BINGET into a list, a tuple, a dict key and value and a nested list (the reader
+// pushes it by reference and must store the string itself everywhere).
+const SHARED_STR: &str =
+    "8004951b000000000000005d94288c016b946801680186947d9468016801735d94680161652e";
+
+#[test]
+fn memoized_string_is_stored_as_itself_everywhere() {
+    let v = match load(&hex(SHARED_STR)) {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    };
+    let text = format!("{v:?}");
+    assert!(!text.contains("memoized"), "{text}");
+    let Value::List(l) = &v else { panic!("{v:?}") };
+    let items = l.list_items();
+    assert_eq!(items[0].as_str(), Some("k"));
+    let Value::Tuple(t) = &items[1] else { panic!() };
+    assert!(t.items().iter().all(|x| x.as_str() == Some("k")));
+    let Value::Dict(d) = &items[2] else { panic!() };
+    assert_eq!(
+        d.get("k")
+            .and_then(|x| x.as_str().map(str::to_owned))
+            .as_deref(),
+        Some("k")
+    );
+    let Value::List(inner) = &items[3] else {
+        panic!()
+    };
+    assert_eq!(inner.list_items()[0].as_str(), Some("k"));
+    // The root itself fetched from the memo: `"k"` memoized, popped, `BINGET 0`, `STOP`.
+    let root = load(&hex("80048c016b943068002e")).map(|v| v.as_str().map(str::to_owned));
+    assert!(matches!(root, Ok(Some(ref s)) if s == "k"), "{root:?}");
+}

@@ -49,6 +49,11 @@ pub enum Value {
     /// A memoized container the streaming decoder already decoded, by the handle it gave it (see
     /// [`super::MemoHandle`]).
     Handle(u32),
+    /// A memoized string fetched by `BINGET`, by its index in the memo's value table: no reference
+    /// count is touched. It lives only on the reader's stack: it is replaced by the string itself
+    /// before it is stored or returned, and a visitor meets it only in the items of
+    /// [`super::Visitor::take_record`], which it resolves through [`super::MemoView`].
+    MemoStr(u32),
 }
 
 /// An immutable tuple, with its nesting depth computed once when it is built (a tuple may
@@ -144,7 +149,7 @@ impl Value {
             Value::Bool(_) => "bool",
             Value::Int(_) | Value::BigInt(_) => "int",
             Value::Float(_) => "float",
-            Value::Str(_) => "str",
+            Value::Str(_) | Value::MemoStr(_) => "str",
             Value::Bytes(_) => "bytes",
             Value::List(_) => "list",
             Value::Dict(_) => "dict",
@@ -236,6 +241,7 @@ impl fmt::Debug for Value {
             }
             Value::Consumed => write!(f, "<consumed>"),
             Value::Handle(h) => write!(f, "<decoded #{h}>"),
+            Value::MemoStr(t) => write!(f, "<memoized str #{t}>"),
             Value::Record(r) | Value::RecordTaken(r, _) => write!(f, "<record of list {r}>"),
             Value::ListRecord(r, t) => write!(f, "<list record {t} of role {r}>"),
         }

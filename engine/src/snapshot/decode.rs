@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use super::model::*;
 use crate::pickle::{
-    Container, Context, Limits, MemoHandle, PickleError, Role, Unpickler, Value, Visitor,
+    Container, Context, Limits, MemoHandle, MemoView, PickleError, Role, Unpickler, Value, Visitor,
 };
 
 /// Options for reading a snapshot.
@@ -297,6 +297,9 @@ struct Decoder {
     scratch: Vec<Frame>,
     /// Trace-entry key strings seen, by identity (see [`Decoder::entry_key`]).
     keys: [Option<(Rc<String>, Option<EntryKey>)>; KEY_SLOTS],
+    /// Which field a memoized key string names, by its memo value index (see
+    /// [`Value::MemoStr`]): `0` not seen yet, `1 + i` for `EntryKey::ALL[i]`, `u8::MAX` no field.
+    memo_keys: Vec<u8>,
     /// Frame dicts decoded recently, by address (each holds its dict, like `frame_cache`).
     recent_frames: [Option<(Rc<Container>, Frame)>; FRAME_SLOTS],
     /// Action strings seen, by identity.
@@ -396,9 +399,11 @@ impl Visitor for Decoder {
         &mut self,
         role: Role,
         items: &[Value],
+        memo: MemoView<'_>,
         handles: &mut Vec<MemoHandle>,
     ) -> Result<u32, String> {
-        let entry = self.streamed_entry(role, handles, |d, path| d.entry_fields(items, path))?;
+        let entry =
+            self.streamed_entry(role, handles, |d, path| d.entry_fields(items, memo, path))?;
         // An error counts only if the record is appended (a dropped dict is no trace entry).
         let entry = entry.map_err(|e| e.to_string());
         let token = self.next_token;
@@ -452,6 +457,9 @@ type PathFn<'a> = &'a dyn Fn() -> String;
 
 /// Slots of the decoder's cache of key strings by address.
 const KEY_SLOTS: usize = 64;
+/// Memo value indices below this have their key remembered in `Decoder::memo_keys` (PyTorch
+/// memoizes the few key strings first; a crafted file cannot make the table large).
+const MEMO_KEY_SLOTS: usize = 1 << 16;
 /// Slots of the decoder's cache of recent frame dicts by address.
 const FRAME_SLOTS: usize = 256;
 
@@ -584,6 +592,7 @@ impl Decoder {
             next_token: 0,
             scratch: Vec::new(),
             keys: std::array::from_fn(|_| None),
+            memo_keys: Vec::new(),
             recent_frames: std::array::from_fn(|_| None),
             actions: Vec::new(),
             syms: Vec::new(),
@@ -760,6 +769,29 @@ impl Decoder {
         known
     }
 
+    /// Which field the memoized key string `k` (memo value `t`) names, found once per string.
+    #[inline]
+    fn memo_key(&mut self, t: u32, k: &Value) -> Option<EntryKey> {
+        let t = t as usize;
+        match self.memo_keys.get(t).copied().unwrap_or(0) {
+            0 => {}
+            u8::MAX => return None,
+            i => return EntryKey::ALL.get(usize::from(i) - 1).map(|&(_, key)| key),
+        }
+        let known = self.entry_key(k);
+        if t >= MEMO_KEY_SLOTS {
+            return known;
+        }
+        let code = known
+            .and_then(|key| EntryKey::ALL.iter().position(|&(_, k2)| k2 == key))
+            .map_or(u8::MAX, |i| i as u8 + 1);
+        if self.memo_keys.len() <= t {
+            self.memo_keys.resize(t + 1, 0);
+        }
+        self.memo_keys[t] = code;
+        known
+    }
+
     /// The action of a trace entry; the few action strings are recognised by address first.
     fn action_of(&mut self, v: &Value, path: PathFn) -> Result<Action, ReadError> {
         let Value::Str(s) = v else {
@@ -793,11 +825,16 @@ impl Decoder {
     fn trace_entry(&mut self, v: &Value, path: PathFn) -> Result<TraceEntry, ReadError> {
         let d = dict_of(v, path)?;
         let items = d.items.borrow();
-        self.entry_fields(&items, path)
+        self.entry_fields(&items, MemoView::default(), path)
     }
 
     /// A trace entry from its keys and values (alternating).
-    fn entry_fields(&mut self, items: &[Value], path: PathFn) -> Result<TraceEntry, ReadError> {
+    fn entry_fields(
+        &mut self,
+        items: &[Value],
+        memo: MemoView<'_>,
+        path: PathFn,
+    ) -> Result<TraceEntry, ReadError> {
         let mut e = TraceEntry {
             action: Action::Unknown,
             addr: 0,
@@ -811,8 +848,12 @@ impl Decoder {
         let mut device_free = None;
         let mut has_action = false;
         for kv in items.chunks_exact(2) {
-            let (k, v) = (&kv[0], &kv[1]);
-            match self.entry_key(k) {
+            let (k, v) = (&kv[0], memo.resolve(&kv[1]));
+            let key = match *k {
+                Value::MemoStr(t) => self.memo_key(t, memo.resolve(k)),
+                _ => self.entry_key(k),
+            };
+            match key {
                 Some(EntryKey::Action) => {
                     e.action = self.action_of(v, path)?;
                     has_action = true;
