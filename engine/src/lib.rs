@@ -14,9 +14,11 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod allocator;
 pub mod analysis;
 pub mod oomtext;
 pub mod pickle;
+pub mod replay;
 pub mod report;
 pub mod snapshot;
 pub mod trace;
