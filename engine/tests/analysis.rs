@@ -94,6 +94,43 @@ fn peak_allocated_from_addresses_matches_truth() {
 }
 
 #[test]
+fn analyze_exact_replays_to_the_byte() {
+    // The replay reproduces every segment event, including resnet50's 26 OOMs (25 caught by
+    // cuDNN, which retries with a smaller workspace) under the inferred limit.
+    for &(file, reserved, allocated) in TRUTH {
+        let a = analysis::analyze_exact(&load(file));
+        assert!(a.exact, "{file}: {}", a.method);
+        assert!(a.method.starts_with("replay:"), "{file}: {}", a.method);
+        assert_eq!(a.peak.allocated_bytes, allocated, "{file}: peak allocated");
+        assert_eq!(a.peak.reserved_bytes, reserved, "{file}: peak reserved");
+        assert!(a.peak.event_index.is_some());
+    }
+}
+
+#[test]
+fn analyze_exact_says_why_not_when_the_trace_starts_mid_run() {
+    // Drop the first entries (as a wrapped ring buffer does): the state before the trace is
+    // rebuilt, so the figures are not claimed exact, and the method says why.
+    let mut s = load("gpt__baseline__full.pickle.gz");
+    s.traces[0].entries.drain(..200);
+    let a = analysis::analyze_exact(&s);
+    assert!(!a.exact);
+    assert!(a.method.contains("not exact"), "{}", a.method);
+}
+
+#[test]
+fn exact_peaks_stop_at_the_oom_the_program_did_not_survive() {
+    // gpt cap10 ends in an uncaught OOM (entry 553): PyTorch's max_memory_allocated() at the OOM
+    // is the peak before it, not what the failed request would have added.
+    let s = load("gpt__baseline__cap10.pickle.gz");
+    let x = analysis::exact_peaks(&s, 0).unwrap();
+    assert_eq!(x.allocated_bytes, 10_583_607_296);
+    assert_eq!(x.reserved_bytes, 10_605_297_664);
+    assert!(x.allocated_event_index.unwrap() < 553);
+    assert!(x.allocated_time_us.is_some());
+}
+
+#[test]
 fn rounded_model_underestimates_peak_allocated() {
     // round_size(request) alone misses the unsplit remainders: gpt__baseline__full is 2 MiB low.
     let s = load("gpt__baseline__full.pickle.gz");

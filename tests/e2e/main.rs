@@ -1,3 +1,4 @@
 //! End-to-end tests: the real `oomlens` binary on real files. One binary, modules by area.
 
 mod cli_analyze;
+mod cli_replay;

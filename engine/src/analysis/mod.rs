@@ -19,6 +19,7 @@
 //! ```
 
 pub mod categories;
+pub mod exact;
 pub mod fragmentation;
 pub mod sites;
 pub mod timeline;
@@ -30,6 +31,7 @@ use crate::trace::{self, Change, FinalCheck, InitialState, MemoryStats, SizeMode
 use crate::units::Bytes;
 
 pub use categories::{Categories, Category, CategoryTotal, Phase};
+pub use exact::{ExactPeaks, NotExact, exact_peaks};
 pub use fragmentation::{Fragmentation, FragmentationAt};
 pub use sites::Site;
 pub use timeline::{Timeline, TimelinePoint};
@@ -64,7 +66,8 @@ pub struct Analysis {
     pub events: u64,
     /// One summary per device that has a trace or segments.
     pub devices: Vec<DeviceSummary>,
-    /// The figures are exact (an allocator replay). Always false here: see `method`.
+    /// The peak figures are exact: an allocator replay reproduced the recording (see
+    /// [`exact`]). [`analyze`] alone never sets it; [`analyze_exact`] does.
     pub exact: bool,
     /// How the peak figures were obtained.
     pub method: String,
@@ -464,6 +467,30 @@ fn walk_device<'a>(
 /// Analyses a snapshot with [`AnalyzeOptions::default`].
 pub fn analyze(snapshot: &Snapshot) -> Analysis {
     analyze_with(snapshot, &AnalyzeOptions::default())
+}
+
+/// Analyses a snapshot and replays its main device's trace for exact peaks (see [`exact`]). For
+/// a snapshot with one device the replay runs on a second thread, alongside the analysis.
+pub fn analyze_exact(snapshot: &Snapshot) -> Analysis {
+    let devices: Vec<u32> = snapshot.traces.iter().map(|t| t.device).collect();
+    if let [device] = devices[..] {
+        let (mut analysis, exact) = std::thread::scope(|s| {
+            let replayed = s.spawn(|| exact_peaks(snapshot, device));
+            let analysis = analyze(snapshot);
+            let exact = replayed
+                .join()
+                .unwrap_or_else(|_| Err(NotExact("the replay failed (internal error)".into())));
+            (analysis, exact)
+        });
+        analysis.apply_exact(exact);
+        return analysis;
+    }
+    let mut analysis = analyze(snapshot);
+    if !devices.is_empty() {
+        let exact = exact_peaks(snapshot, analysis.peak.device);
+        analysis.apply_exact(exact);
+    }
+    analysis
 }
 
 /// Analyses a snapshot. Never panics, whatever the snapshot holds.

@@ -1,5 +1,10 @@
-//! The report `oomlens analyze` prints: one serialisable [`Report`] for a snapshot or an OOM log,
-//! and its short human rendering ([`render_text`]). The JSON field names are a public contract.
+//! The reports the CLI prints: for `oomlens analyze`, one serialisable [`Report`] for a snapshot or
+//! an OOM log and its short human rendering ([`render_text`]); for `oomlens replay`, a
+//! [`ReplayReport`] ([`render_replay_text`]). The JSON field names are a public contract.
+
+mod replay;
+
+pub use replay::{ConfigReport, OomDetail, ReplayReport, render_replay_text};
 
 use std::fmt::Write as _;
 
@@ -91,7 +96,7 @@ pub struct Report {
 impl Report {
     /// Analyses a snapshot.
     pub fn from_snapshot(snapshot: &Snapshot) -> Report {
-        let analysis = analysis::analyze(snapshot);
+        let analysis = analysis::analyze_exact(snapshot);
         let settings = snapshot.allocator_settings.as_ref();
         Report {
             source: Source {
@@ -230,8 +235,12 @@ fn render_snapshot(out: &mut String, name: &str, report: &Report, a: &Analysis, 
     );
     let _ = writeln!(
         out,
-        "      {} (exact figures need the allocator replay)",
-        if a.exact { "exact" } else { "from the trace" }
+        "      {}",
+        if a.exact {
+            "exact: the allocator replay reproduced every segment event of the recording"
+        } else {
+            "from the trace (not exact: see `method` in --json)"
+        }
     );
     let _ = writeln!(out, "\nLive at the peak, by category:");
     let mut rows = category_rows(&a.categories_at_peak);

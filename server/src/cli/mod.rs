@@ -1,6 +1,8 @@
 //! The command line: clap definitions (what the user typed, validated without IO) and dispatch.
 
 mod analyze;
+mod replay;
+mod snapshot_input;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,6 +32,37 @@ pub enum Command {
         #[arg(long, default_value_t = 10)]
         top: usize,
     },
+    /// Replay a snapshot's trace through a re-implementation of PyTorch's CUDA caching allocator,
+    /// with the recorded or other settings and an optional per-process limit: where does it run
+    /// out of memory, and what are the exact peaks?
+    Replay {
+        /// The snapshot (pickle, pickle.gz or JSON; `-` reads standard input).
+        file: PathBuf,
+        /// The per-process limit that `torch.cuda.set_per_process_memory_fraction` enforces, in
+        /// bytes or with a binary unit: `10GiB`, `10.5GiB`, `12000MiB`. Default: no limit.
+        #[arg(long, value_parser = parse_size)]
+        capacity: Option<u64>,
+        /// Allocator settings as `PYTORCH_CUDA_ALLOC_CONF` takes them, e.g.
+        /// `expandable_segments:True,max_split_size_mb:128`. Default: the recorded settings.
+        #[arg(long, value_name = "STRING")]
+        alloc_conf: Option<String>,
+        /// Write the replayed trace as a snapshot pickle (protocol 4) that memory_viz opens.
+        #[arg(long, value_name = "OUT")]
+        export_snapshot: Option<PathBuf>,
+        /// Print one JSON object instead of the report.
+        #[arg(long)]
+        json: bool,
+        /// CUDA device whose trace to replay.
+        #[arg(long, default_value_t = 0)]
+        device: u32,
+    },
+}
+
+/// A size argument: bytes, or a number with a binary unit.
+fn parse_size(s: &str) -> Result<u64, String> {
+    oomlens_engine::Bytes::parse(s)
+        .map(|b| b.0)
+        .map_err(|e| e.to_string())
 }
 
 /// Parses the command line; clap's error exits with code 2 on misuse.
@@ -62,6 +95,21 @@ impl From<std::io::Error> for Failure {
 pub fn run(command: Command) -> Result<(), Failure> {
     match command {
         Command::Analyze { file, json, top } => analyze::run(&file, json, top),
+        Command::Replay {
+            file,
+            capacity,
+            alloc_conf,
+            export_snapshot,
+            json,
+            device,
+        } => replay::run(&replay::ReplayArgs {
+            file,
+            capacity,
+            alloc_conf,
+            export_snapshot,
+            json,
+            device,
+        }),
     }
 }
 

@@ -1,0 +1,206 @@
+//! Exact peaks for `analyze`: the main device's trace replayed through the caching allocator
+//! ([`crate::replay`]) with the recorded settings. The figures count as exact when the trace is
+//! complete (it starts from an empty allocator) and the replay made every segment decision the
+//! recording shows, up to the OOM the program did not survive (or the end): then allocated and
+//! reserved bytes after every entry are PyTorch's own, including the slack of unsplit blocks
+//! that the trace alone can only deduce.
+//!
+//! A snapshot does not record the limit that caused an OOM (the card, or
+//! `set_per_process_memory_fraction`); the replay runs under the highest reserved level the trace
+//! reached instead, which fails where the recording failed and nowhere else (see
+//! `inferred_limit`). Peaks are taken up to the OOM the program did not survive.
+
+use serde::Serialize;
+
+use super::{Analysis, Peak};
+use crate::replay::{Replay, ReplayOptions, replay};
+use crate::snapshot::{Action, Snapshot, TraceEntry};
+
+/// What [`Analysis::method`] says when the peaks come from the replay.
+pub const METHOD_REPLAY: &str = "replay: allocated and reserved bytes from a replay of the trace \
+    through the caching allocator with the recorded settings, every segment event as recorded";
+
+/// Peaks of one device from a replay that matched the recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ExactPeaks {
+    /// CUDA device ordinal.
+    pub device: u32,
+    /// Peak allocated bytes, and the first entry after which it was reached.
+    pub allocated_bytes: u64,
+    /// Entry index of the allocated peak (`None`: before the first entry).
+    pub allocated_event_index: Option<usize>,
+    /// `time_us` of that entry.
+    pub allocated_time_us: Option<i64>,
+    /// Reserved bytes after that entry.
+    pub reserved_at_peak_bytes: u64,
+    /// Peak reserved bytes.
+    pub reserved_bytes: u64,
+    /// Entry index of the reserved peak.
+    pub reserved_event_index: Option<usize>,
+    /// `time_us` of that entry.
+    pub reserved_time_us: Option<i64>,
+}
+
+/// Why the peaks are not exact (said in the analysis' method).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotExact(pub String);
+
+/// The entries of `device` the recording really allocated through: up to its first `oom` entry
+/// that no allocation follows (the program did not survive it), else all of them.
+fn cut_of(entries: &[TraceEntry]) -> usize {
+    let last_alloc = entries.iter().rposition(|x| x.action == Action::Alloc);
+    entries
+        .iter()
+        .enumerate()
+        .position(|(i, x)| x.action == Action::Oom && last_alloc.is_none_or(|a| a < i))
+        .unwrap_or(entries.len())
+}
+
+/// A per-process limit under which the allocator fails exactly where the recording did: the
+/// highest reserved level the trace reached, when the trace has `oom` entries (else none).
+///
+/// The real limit `T` (card or memory fraction) was at least that level, since the recording
+/// reached it; with `L ≤ T` every malloc that fit under `T` without releasing memory still fits
+/// (it ended at a recorded level ≤ `L`), every one that had to release memory under `T` has to
+/// under `L` too, and every recorded OOM — which failed under `T` even after the full flush —
+/// fails under `L`. So the replay takes the recorded path, caught OOMs (cuDNN's) included.
+fn inferred_limit(entries: &[TraceEntry]) -> Option<u64> {
+    if !entries.iter().any(|e| e.action == Action::Oom) {
+        return None;
+    }
+    let (mut reserved, mut peak) = (0u64, 0u64);
+    for e in entries {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                reserved = reserved.saturating_add(e.size);
+                peak = peak.max(reserved);
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                reserved = reserved.saturating_sub(e.size)
+            }
+            _ => {}
+        }
+    }
+    Some(peak)
+}
+
+/// Replays `device` with the recorded settings and returns its exact peaks, or why there are
+/// none.
+pub fn exact_peaks(snapshot: &Snapshot, device: u32) -> Result<ExactPeaks, NotExact> {
+    let entries = snapshot
+        .traces
+        .iter()
+        .find(|t| t.device == device)
+        .map_or(&[][..], |t| t.entries.as_slice());
+    let options = ReplayOptions {
+        device,
+        capacity: inferred_limit(entries),
+        record_events: false,
+        record_timeline: true,
+        ..ReplayOptions::default()
+    };
+    let r = replay(snapshot, &options).map_err(|e| NotExact(e.to_string()))?;
+    let mut x = from_replay(&r, cut_of(entries))?;
+    let time = |i: Option<usize>| i.and_then(|i| entries.get(i)).and_then(|e| e.time_us);
+    x.allocated_time_us = time(x.allocated_event_index);
+    x.reserved_time_us = time(x.reserved_event_index);
+    Ok(x)
+}
+
+fn from_replay(r: &Replay, cut: usize) -> Result<ExactPeaks, NotExact> {
+    if r.initial.starts_mid_run {
+        return Err(NotExact(
+            "the trace starts mid-run, so the replay starts from a rebuilt state".into(),
+        ));
+    }
+    if let Some(d) = &r.first_divergence
+        && d.event_index < cut
+    {
+        return Err(NotExact(format!(
+            "the replay differs from the recording at entry {}: {}",
+            d.event_index, d.what
+        )));
+    }
+    if r.entries_replayed < cut {
+        return Err(NotExact(format!(
+            "the replay stopped at entry {} of {cut}",
+            r.entries_replayed
+        )));
+    }
+    let mut best = ExactPeaks {
+        device: r.device,
+        allocated_bytes: 0,
+        allocated_event_index: None,
+        allocated_time_us: None,
+        reserved_at_peak_bytes: 0,
+        reserved_bytes: 0,
+        reserved_event_index: None,
+        reserved_time_us: None,
+    };
+    for p in r
+        .timeline
+        .allocated
+        .iter()
+        .take_while(|p| (p.index as usize) < cut)
+    {
+        if p.bytes > best.allocated_bytes {
+            best.allocated_bytes = p.bytes;
+            best.allocated_event_index = Some(p.index as usize);
+        }
+    }
+    for p in r
+        .timeline
+        .reserved
+        .iter()
+        .take_while(|p| (p.index as usize) < cut)
+    {
+        if p.bytes > best.reserved_bytes {
+            best.reserved_bytes = p.bytes;
+            best.reserved_event_index = Some(p.index as usize);
+        }
+    }
+    if let Some(i) = best.allocated_event_index {
+        best.reserved_at_peak_bytes = r.timeline.at(i).1;
+    }
+    Ok(best)
+}
+
+impl Analysis {
+    /// Puts the replay's exact peaks in, or says in [`Analysis::method`] why they are not.
+    pub fn apply_exact(&mut self, exact: Result<ExactPeaks, NotExact>) {
+        match exact {
+            Ok(x) if x.device == self.peak.device => {
+                let p: &mut Peak = &mut self.peak;
+                if p.event_index != x.allocated_event_index {
+                    self.method.push_str(&format!(
+                        "; the trace's own deduction put the allocated peak at entry {:?}, the replay at {:?}",
+                        p.event_index, x.allocated_event_index
+                    ));
+                }
+                p.allocated_bytes = x.allocated_bytes;
+                p.event_index = x.allocated_event_index;
+                p.time_us = x.allocated_time_us;
+                p.reserved_at_peak_bytes = x.reserved_at_peak_bytes;
+                p.reserved_bytes = x.reserved_bytes;
+                p.reserved_event_index = x.reserved_event_index;
+                p.reserved_time_us = x.reserved_time_us;
+                self.exact = true;
+                self.method = if self.method.starts_with("trace:") {
+                    METHOD_REPLAY.to_string()
+                } else {
+                    format!("{METHOD_REPLAY}{}", self.method)
+                };
+            }
+            Ok(x) => {
+                self.method.push_str(&format!(
+                    "; not exact: the replay was of device {}, the peak is on device {}",
+                    x.device, self.peak.device
+                ));
+            }
+            Err(NotExact(why)) => {
+                self.method.push_str("; not exact: ");
+                self.method.push_str(&why);
+            }
+        }
+    }
+}
