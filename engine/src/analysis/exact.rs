@@ -96,18 +96,18 @@ pub fn exact_peaks(snapshot: &Snapshot, device: u32) -> Result<ExactPeaks, NotEx
         device,
         capacity: inferred_limit(entries),
         record_events: false,
-        record_timeline: true,
+        record_timeline: false,
         ..ReplayOptions::default()
     };
     let r = replay(snapshot, &options).map_err(|e| NotExact(e.to_string()))?;
-    let mut x = from_replay(&r, cut_of(entries))?;
+    let mut x = from_replay(&r, entries, cut_of(entries))?;
     let time = |i: Option<usize>| i.and_then(|i| entries.get(i)).and_then(|e| e.time_us);
     x.allocated_time_us = time(x.allocated_event_index);
     x.reserved_time_us = time(x.reserved_event_index);
     Ok(x)
 }
 
-fn from_replay(r: &Replay, cut: usize) -> Result<ExactPeaks, NotExact> {
+fn from_replay(r: &Replay, entries: &[TraceEntry], cut: usize) -> Result<ExactPeaks, NotExact> {
     if r.initial.starts_mid_run {
         return Err(NotExact(
             "the trace starts mid-run, so the replay starts from a rebuilt state".into(),
@@ -127,42 +127,34 @@ fn from_replay(r: &Replay, cut: usize) -> Result<ExactPeaks, NotExact> {
             r.entries_replayed
         )));
     }
-    let mut best = ExactPeaks {
+    // The replay stops at the OOM the program did not survive (the inferred limit makes it fail
+    // there), so its peaks are the recording's.
+    if r.oom_event_index.is_some_and(|i| i < cut) {
+        return Err(NotExact(format!(
+            "the replay ran out of memory at entry {:?}, before the recording did",
+            r.oom_event_index
+        )));
+    }
+    let reserved_at_peak = r.peak_allocated_event_index.map_or(0, |i| {
+        entries
+            .iter()
+            .take(i + 1)
+            .fold(0u64, |acc, e| match e.action {
+                Action::SegmentAlloc | Action::SegmentMap => acc.saturating_add(e.size),
+                Action::SegmentFree | Action::SegmentUnmap => acc.saturating_sub(e.size),
+                _ => acc,
+            })
+    });
+    Ok(ExactPeaks {
         device: r.device,
-        allocated_bytes: 0,
-        allocated_event_index: None,
+        allocated_bytes: r.peak_allocated_bytes,
+        allocated_event_index: r.peak_allocated_event_index,
         allocated_time_us: None,
-        reserved_at_peak_bytes: 0,
-        reserved_bytes: 0,
-        reserved_event_index: None,
+        reserved_at_peak_bytes: reserved_at_peak,
+        reserved_bytes: r.peak_reserved_bytes,
+        reserved_event_index: r.peak_reserved_event_index,
         reserved_time_us: None,
-    };
-    for p in r
-        .timeline
-        .allocated
-        .iter()
-        .take_while(|p| (p.index as usize) < cut)
-    {
-        if p.bytes > best.allocated_bytes {
-            best.allocated_bytes = p.bytes;
-            best.allocated_event_index = Some(p.index as usize);
-        }
-    }
-    for p in r
-        .timeline
-        .reserved
-        .iter()
-        .take_while(|p| (p.index as usize) < cut)
-    {
-        if p.bytes > best.reserved_bytes {
-            best.reserved_bytes = p.bytes;
-            best.reserved_event_index = Some(p.index as usize);
-        }
-    }
-    if let Some(i) = best.allocated_event_index {
-        best.reserved_at_peak_bytes = r.timeline.at(i).1;
-    }
-    Ok(best)
+    })
 }
 
 impl Analysis {
