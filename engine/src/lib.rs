@@ -18,6 +18,7 @@ pub mod allocator;
 pub mod analysis;
 pub mod oomtext;
 pub mod pickle;
+pub mod remedies;
 pub mod replay;
 pub mod report;
 pub mod snapshot;

@@ -2,3 +2,4 @@
 
 mod cli_analyze;
 mod cli_replay;
+mod cli_whatif;

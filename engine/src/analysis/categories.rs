@@ -647,6 +647,51 @@ pub(crate) fn classify(snapshot: &Snapshot, run: &DeviceRun<'_>) -> Classified {
     }
 }
 
+/// One allocation of a device's trace, as [`classify_trace`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClassifiedAlloc {
+    /// Index of its `alloc` entry in the device's trace (`None`: live before the trace).
+    pub alloc_index: Option<usize>,
+    /// Index of the entry that freed it (`free_requested`, or `free_completed` without one);
+    /// `None` if it is never freed in the trace.
+    pub free_index: Option<usize>,
+    /// Requested bytes.
+    pub requested: u64,
+    /// Block bytes.
+    pub size: u64,
+    /// Allocation stack.
+    pub frames: StackId,
+    /// The phase the program was in after it was made.
+    pub phase: Phase,
+    /// What it is for.
+    pub category: Category,
+}
+
+/// Every allocation of `device`'s trace with its phase and category, in order of allocation (the
+/// rules of [`Category`]; the walk of `analyze`).
+pub fn classify_trace(snapshot: &Snapshot, device: u32) -> Vec<ClassifiedAlloc> {
+    let run = super::run_device(snapshot, device, None);
+    let classified = classify(snapshot, &run);
+    let index = |s: u32| -> Option<usize> { (s != NEVER && s > 0).then(|| s as usize - 1) };
+    run.records
+        .iter()
+        .enumerate()
+        .map(|(k, r)| ClassifiedAlloc {
+            alloc_index: if r.initial { None } else { index(r.born) },
+            free_index: index(r.freed),
+            requested: r.requested,
+            size: r.size,
+            frames: r.frames,
+            phase: classified
+                .contexts
+                .get(k)
+                .copied()
+                .unwrap_or(Phase::Unknown),
+            category: classified.category(k),
+        })
+        .collect()
+}
+
 /// Category of a block live before the trace: only its stack can tell.
 fn before_trace(f: u16) -> Category {
     if f & PARAM_INIT != 0 {

@@ -3,6 +3,7 @@
 mod analyze;
 mod replay;
 mod snapshot_input;
+mod whatif;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -55,6 +56,27 @@ pub enum Command {
         /// CUDA device whose trace to replay.
         #[arg(long, default_value_t = 0)]
         device: u32,
+    },
+    /// Predict what each remedy (smaller batch, AMP, activation checkpointing, SGD, allocator
+    /// settings) does to the peak, and whether the job then fits under the limit; ranked by cost.
+    Whatif {
+        /// The snapshot (pickle, pickle.gz or JSON; `-` reads standard input).
+        file: PathBuf,
+        /// The per-process limit (the card, or `set_per_process_memory_fraction`): bytes or a
+        /// binary unit, e.g. `10GiB`.
+        #[arg(long, value_parser = parse_size)]
+        capacity: u64,
+        /// A remedy to try, repeatable: `batch=0.5`, `amp=bf16`, `amp=fp16`, `checkpoint`,
+        /// `optimizer=sgd`, `alloc=<PYTORCH_CUDA_ALLOC_CONF>`, or several joined by `+`
+        /// (`amp=bf16+checkpoint`). Default: a standard set of nine.
+        #[arg(long = "remedy", value_name = "SPEC")]
+        remedies: Vec<String>,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Write the remedy's transformed trace as a snapshot pickle (needs one `--remedy`).
+        #[arg(long, value_name = "OUT")]
+        export_snapshot: Option<PathBuf>,
     },
 }
 
@@ -109,6 +131,19 @@ pub fn run(command: Command) -> Result<(), Failure> {
             export_snapshot,
             json,
             device,
+        }),
+        Command::Whatif {
+            file,
+            capacity,
+            remedies,
+            json,
+            export_snapshot,
+        } => whatif::run(&whatif::WhatIfArgs {
+            file,
+            capacity,
+            remedies,
+            json,
+            export_snapshot,
         }),
     }
 }
