@@ -7,9 +7,9 @@ cd "$(dirname "$0")"
 secs=${1:-200}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(pickle snapshot oomtext)
+[ ${#targets[@]} -eq 0 ] && targets=(pickle snapshot oomtext allocator)
 data=../engine/tests/data
-mkdir -p corpus/pickle corpus/snapshot corpus/oomtext
+mkdir -p corpus/pickle corpus/snapshot corpus/oomtext corpus/allocator
 # Small snapshot files only: libFuzzer's default -max_len follows the largest seed.
 for f in "$data"/corpus/snap_small_*.pickle "$data"/corpus/gpt__baseline__cap10.pickle.gz \
          "$data"/corpus/variants/*.pickle "$data"/corpus/variants/*.gz; do

@@ -1,5 +1,6 @@
 //! Fuzz target: the snapshot decoder (gzip or plain; pickle or JSON) on arbitrary bytes, default
-//! options. Any panic, abort, stack overflow, timeout or out-of-memory is a bug.
+//! options, then the analysis with its exact-peak replay on what it read. Any panic, abort, stack
+//! overflow, timeout or out-of-memory is a bug.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -17,5 +18,6 @@ fuzz_target!(|data: &[u8]| {
             n += s.stacks.frames(b.frames).len();
         }
         std::hint::black_box(n);
+        std::hint::black_box(oomlens_engine::analysis::analyze_exact(&s).exact);
     }
 });
