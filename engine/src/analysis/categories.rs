@@ -473,15 +473,16 @@ pub(crate) fn classify(snapshot: &Snapshot, run: &DeviceRun<'_>) -> Classified {
     for r in records {
         let f = classes.get(snapshot, r.frames);
         flags_of.push(f);
-        if r.initial {
+        if r.is_initial() {
             phases.push(Phase::BeforeTrace);
             contexts.push(machine);
             instance_of.push(NO_INSTANCE);
             recomputed.push(false);
             continue;
         }
-        let step = r.time_us.and_then(|t| steps.at(t));
-        let zero = r.time_us.and_then(|t| zero_grads.at(t));
+        let time_us = r.time_us(run.entries);
+        let step = time_us.and_then(|t| steps.at(t));
+        let zero = time_us.and_then(|t| zero_grads.at(t));
         let mut recompute = false;
         let phase = if zero.is_some() || f & ZERO_GRAD != 0 {
             Phase::ZeroGrad
@@ -677,7 +678,7 @@ pub fn classify_trace(snapshot: &Snapshot, device: u32) -> Vec<ClassifiedAlloc> 
         .iter()
         .enumerate()
         .map(|(k, r)| ClassifiedAlloc {
-            alloc_index: if r.initial { None } else { index(r.born) },
+            alloc_index: if r.is_initial() { None } else { index(r.born) },
             free_index: index(r.freed),
             requested: r.requested,
             size: r.size,
@@ -716,7 +717,9 @@ impl Classified {
             .checked_sub(1)
             .and_then(|k| run.records.get(k).map(|r| (k, r)))
         {
-            Some((k, r)) if !r.initial => self.contexts.get(k).copied().unwrap_or(Phase::Unknown),
+            Some((k, r)) if !r.is_initial() => {
+                self.contexts.get(k).copied().unwrap_or(Phase::Unknown)
+            }
             _ => self.start,
         }
     }
