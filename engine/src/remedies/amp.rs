@@ -12,13 +12,18 @@
 //! * the weights of the half ops are cast once per forward (autocast's cache) and kept until the
 //!   backward: one half-size copy of every parameter of at least 64 KiB, from the forward's start
 //!   to the backward's end;
-//! * the backward is left as recorded (its fp32 gradients of the loss dominate its peak): an
-//!   over-estimate where the backward's half-size activation gradients would be smaller.
+//! * an allocation of model code in a library (not PyTorch's own functions) that follows one made
+//!   at the same line is a later op of one expression (`0.5 * x * (1 + tanh(c * (x + a * pow(x,
+//!   3))))`): fp32, as such lines commonly hold an op of autocast's fp32 list (`pow`) and type
+//!   promotion keeps the rest fp32; the first op of the line is half;
+//! * in the backward, activation gradients and kernel workspaces (≥ 1 MiB) are half-size too,
+//!   except those of the size of an output kept fp32 or of a parameter (the loss's fp32
+//!   gradients, the weight gradients).
 
 use super::step::{PlanAlloc, first_user_frame, is_library, py_frames};
 use super::{Context, Cost, CostKind, Method, Remedy, RemedyError};
 use crate::analysis::{Category, Phase};
-use crate::snapshot::Frame;
+use crate::snapshot::{Frame, Sym};
 use crate::units::Bytes;
 
 /// Lower precision for the forward.
@@ -48,6 +53,15 @@ fn fp32_op(name: &str) -> bool {
         || name.contains("cross_entropy")
         || name.contains("nll")
         || name == "log_softmax"
+}
+
+/// A file of PyTorch itself (the package `torch`, not a folder that happens to be named so).
+fn is_torch(file: &str) -> bool {
+    let file = file.replace('\\', "/");
+    match file.rsplit_once("-packages/") {
+        Some((_, rest)) => rest.starts_with("torch/"),
+        None => file.contains("/torch/"),
+    }
 }
 
 fn halve(a: &mut PlanAlloc) -> u64 {
@@ -80,7 +94,18 @@ impl Remedy for Amp {
         // Index of the last halved allocation made inside a library, and its first user frame.
         let mut prev: Option<(usize, bool, Option<Frame>)> = None;
         let mut last_half_lib: Option<usize> = None;
+        // Line of the previous forward allocation (a multi-op line of model code repeats it).
+        let mut prev_line: Option<(Sym, u32)> = None;
         let mut step = usize::MAX;
+        // Sizes of the forward's outputs that stay fp32 (and of the parameters): gradients of
+        // that size stay fp32 in the backward.
+        let mut kept: rustc_hash::FxHashSet<u64> = ctx
+            .plan
+            .allocs
+            .iter()
+            .filter(|a| a.category == Category::Parameter)
+            .map(|a| a.size)
+            .collect();
         let n = ctx.plan.allocs.len();
         for k in 0..n {
             let Some(a) = ctx.plan.allocs.get(k).cloned() else {
@@ -93,6 +118,7 @@ impl Remedy for Amp {
                 step = a.step;
                 prev = None;
                 last_half_lib = None;
+                prev_line = None;
             }
             let scalable = matches!(a.category, Category::Activation | Category::Temporary);
             let inner = py_frames(snapshot, a.frames).next().copied();
@@ -109,10 +135,15 @@ impl Remedy for Amp {
                 {
                     b.size = b.size.saturating_mul(2);
                     saved = saved.saturating_sub(b.size / 2);
+                    kept.insert(b.size);
                 }
                 false
             } else if lib {
-                true
+                // A later op of one expression in a library's model code (not torch's own
+                // functions): fp32-list ops such as `pow` are common there, and type promotion
+                // keeps the rest of the expression fp32.
+                let torch = inner.is_some_and(|f| is_torch(stacks.str(f.filename)));
+                torch || prev_line != inner.map(|f| (f.filename, f.line))
             } else {
                 match (&prev, inner) {
                     (Some((_, true, Some(u))), Some(f)) => {
@@ -123,6 +154,9 @@ impl Remedy for Amp {
             };
             let user = first_user_frame(snapshot, a.frames);
             let did = half && scalable;
+            if scalable && !did {
+                kept.insert(a.size);
+            }
             if did && let Some(b) = ctx.plan.allocs.get_mut(k) {
                 saved += halve(b);
                 if lib {
@@ -130,6 +164,21 @@ impl Remedy for Amp {
                 }
             }
             prev = Some((k, did, user));
+            prev_line = inner.map(|f| (f.filename, f.line));
+        }
+        // Backward: activation gradients and the kernels' workspaces follow the forward's lower
+        // precision, except where their size is that of an fp32 output or a parameter.
+        let mut saved_back = 0u64;
+        for a in ctx.plan.allocs.iter_mut() {
+            if a.phase == Phase::Backward
+                && !a.dropped
+                && !a.added
+                && matches!(a.category, Category::Activation | Category::Temporary)
+                && a.size >= 1 << 20
+                && !kept.contains(&a.size)
+            {
+                saved_back += halve(a);
+            }
         }
         // Weight casts: one half-size copy of each parameter ≥ 64 KiB per forward.
         let weights: Vec<u64> = ctx
@@ -164,9 +213,10 @@ impl Remedy for Amp {
             }
         }
         ctx.notes.push(format!(
-            "{}: forward outputs of autocast's lower-precision ops halved ({} less over the trace), fp32 kept for losses and the residual stream; {} of weight casts added per forward; backward left as recorded (an over-estimate)",
+            "{}: forward outputs of autocast's lower-precision ops halved ({} less over the trace), fp32 kept for losses, the residual stream and multi-op expressions after their first op; backward activation gradients and workspaces halved ({} less); {} of weight casts added per forward",
             self.spec(),
             Bytes(saved),
+            Bytes(saved_back),
             Bytes(cast_bytes)
         ));
         if *self == Amp::Fp16 {

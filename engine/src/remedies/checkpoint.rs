@@ -7,8 +7,9 @@
 //!   ResNet bottleneck called from `Sequential`); a new instance starts where the callee's line
 //!   goes back;
 //! * **forward**: what a block allocates and keeps past its end (its saved activations) is freed
-//!   at the block's end, except its output (the last such allocation), which the next block takes
-//!   as input;
+//!   at the block's end, except its output (the last such allocation that is not a small
+//!   by-product such as a norm's saved statistics, under 1/64 of the block's largest), which the
+//!   next block takes as input;
 //! * **backward**: just before the first of a block's saved activations was freed in the
 //!   recording (its backward begins), the block's forward runs again — the same allocations in
 //!   the same order (its output too: a last op such as ReLU saves it), temporaries freed as
@@ -170,7 +171,15 @@ impl Remedy for Checkpoint {
                         })
                 })
                 .collect();
-            let Some(&output) = saved.last() else {
+            // The output: the last saved allocation that is not a small by-product of an op (a
+            // norm's saved mean and inverse deviation, made after its output).
+            let size_of = |k: usize| ctx.plan.allocs.get(k).map_or(0, |a| a.size);
+            let largest = saved.iter().map(|&k| size_of(k)).max().unwrap_or(0);
+            let Some(&output) = saved
+                .iter()
+                .rev()
+                .find(|&&k| size_of(k).saturating_mul(64) >= largest)
+            else {
                 continue;
             };
             blocks += 1;
