@@ -179,12 +179,14 @@ pub trait Visitor {
     fn list_record(&mut self, _ctx: &Context<'_>) -> Option<Role> {
         None
     }
-    /// Takes items appended to the list record `token`.
+    /// Takes items appended to the list record `token`. Like [`Visitor::take`], it may push a
+    /// [`MemoHandle`] for each memoized container it decoded.
     fn take_list_items(
         &mut self,
         _role: Role,
         _token: u32,
         _items: &[Value],
+        _handles: &mut Vec<MemoHandle>,
     ) -> Result<(), String> {
         Err("list records are not supported by this visitor".into())
     }
@@ -677,9 +679,10 @@ impl<R: Read> Unpickler<R> {
                     }
                 }
                 visitor
-                    .take_list_items(role, token, &self.stack[from..])
+                    .take_list_items(role, token, &self.stack[from..], &mut self.handles)
                     .map_err(|e| self.err(PickleErrorKind::Visitor(e)))?;
-                self.stack.truncate(from);
+                self.apply_handles();
+                self.truncate_stack(from);
                 return Ok(());
             }
             _ => return Err(self.malformed(format!("{opcode} target is not a list"))),

@@ -300,6 +300,8 @@ struct Decoder {
     /// Which field a memoized key string names, by its memo value index (see
     /// [`Value::MemoStr`]): `0` not seen yet, `1 + i` for `EntryKey::ALL[i]`, `u8::MAX` no field.
     memo_keys: Vec<u8>,
+    /// Frames of the frame dicts handed to the memo as handles, by handle index.
+    frame_table: Vec<Frame>,
     /// Frame dicts decoded recently, by address (each holds its dict, like `frame_cache`).
     recent_frames: [Option<(Rc<Container>, Frame)>; FRAME_SLOTS],
     /// Action strings seen, by identity.
@@ -362,37 +364,20 @@ impl Visitor for Decoder {
         (self.entry_key(key) == Some(EntryKey::Frames)).then_some(record)
     }
 
-    fn take_list_items(&mut self, role: Role, token: u32, items: &[Value]) -> Result<(), String> {
-        let device = usize::from(role.saturating_sub(ROLE_TRACE0));
-        let index = self.streamed.get(device).map_or(0, Vec::len) + self.pending.len();
-        if self.building.as_ref().is_some_and(|(t, _)| *t != token)
-            && let Some((t, frames)) = self.building.take()
-        {
-            // Another list was being filled (never done by a pickler): keep it aside.
-            self.stash.insert(t, frames);
-        }
-        let mut frames = match self.building.take() {
-            Some((_, frames)) => frames,
-            None => self
-                .stash
-                .remove(&token)
-                .unwrap_or_else(|| std::mem::take(&mut self.building_spare)),
-        };
-        let at = frames.len();
-        self.spend(items.len() as u64, &|| {
-            format!("device_traces[{device}][{index}].frames")
-        })
-        .map_err(|e| e.to_string())?;
-        for (i, f) in items.iter().enumerate() {
-            let frame = self
-                .frame(f, &|| {
-                    format!("device_traces[{device}][{index}].frames[{}]", at + i)
-                })
-                .map_err(|e| e.to_string())?;
-            frames.push(frame);
-        }
-        self.building = Some((token, frames));
-        Ok(())
+    fn take_list_items(
+        &mut self,
+        role: Role,
+        token: u32,
+        items: &[Value],
+        handles: &mut Vec<MemoHandle>,
+    ) -> Result<(), String> {
+        // Memoized frame dicts decoded here become handles in the memo (see `Decoder::frame`).
+        self.handles = std::mem::take(handles);
+        self.streaming = true;
+        let taken = self.take_frames(role, token, items);
+        self.streaming = false;
+        *handles = std::mem::take(&mut self.handles);
+        taken
     }
 
     fn take_record(
@@ -457,6 +442,8 @@ type PathFn<'a> = &'a dyn Fn() -> String;
 
 /// Slots of the decoder's cache of key strings by address.
 const KEY_SLOTS: usize = 64;
+/// Marks a memo handle that stands for a frame dict (the others stand for stacks).
+const FRAME_HANDLE: u32 = 1 << 31;
 /// Memo value indices below this have their key remembered in `Decoder::memo_keys` (PyTorch
 /// memoizes the few key strings first; a crafted file cannot make the table large).
 const MEMO_KEY_SLOTS: usize = 1 << 16;
@@ -594,6 +581,7 @@ impl Decoder {
             keys: std::array::from_fn(|_| None),
             memo_keys: Vec::new(),
             recent_frames: std::array::from_fn(|_| None),
+            frame_table: Vec::new(),
             actions: Vec::new(),
             syms: Vec::new(),
             used: 0,
@@ -620,7 +608,7 @@ impl Decoder {
         let list = match v {
             Value::List(l) => l,
             Value::None => return Ok(StackId::EMPTY),
-            Value::Handle(h) => return Ok(StackId(*h)),
+            Value::Handle(h) if h & FRAME_HANDLE == 0 => return Ok(StackId(*h)),
             &Value::ListRecord(_, token) => return Ok(self.finish_list(token)),
             _ => {
                 return Err(field_err(
@@ -679,8 +667,70 @@ impl Decoder {
         Ok(entry)
     }
 
+    /// The frames appended to list record `token` (see [`Visitor::take_list_items`]).
+    fn take_frames(&mut self, role: Role, token: u32, items: &[Value]) -> Result<(), String> {
+        let device = usize::from(role.saturating_sub(ROLE_TRACE0));
+        let index = self.streamed.get(device).map_or(0, Vec::len) + self.pending.len();
+        if self.building.as_ref().is_some_and(|(t, _)| *t != token)
+            && let Some((t, frames)) = self.building.take()
+        {
+            // Another list was being filled (never done by a pickler): keep it aside.
+            self.stash.insert(t, frames);
+        }
+        let mut frames = match self.building.take() {
+            Some((_, frames)) => frames,
+            None => self
+                .stash
+                .remove(&token)
+                .unwrap_or_else(|| std::mem::take(&mut self.building_spare)),
+        };
+        let at = frames.len();
+        self.spend(items.len() as u64, &|| {
+            format!("device_traces[{device}][{index}].frames")
+        })
+        .map_err(|e| e.to_string())?;
+        for (i, f) in items.iter().enumerate() {
+            let frame = self
+                .frame(f, &|| {
+                    format!("device_traces[{device}][{index}].frames[{}]", at + i)
+                })
+                .map_err(|e| e.to_string())?;
+            frames.push(frame);
+        }
+        self.building = Some((token, frames));
+        Ok(())
+    }
+
     /// One frame dict, decoded once per (memoized) dict.
+    ///
+    /// While streaming, a memoized frame dict is handed to the memo as a handle
+    /// ([`FRAME_HANDLE`] | its index in `frame_table`): later references to it cost no reference
+    /// count and no cache probe, and the dict itself is freed.
     fn frame(&mut self, f: &Value, fpath: PathFn) -> Result<Frame, ReadError> {
+        if let Value::Handle(h) = *f {
+            return match self.frame_table.get((h & !FRAME_HANDLE) as usize) {
+                Some(fr) if h & FRAME_HANDLE != 0 => Ok(*fr),
+                _ => Err(field_err(fpath(), "expected dict, found list")),
+            };
+        }
+        let frame = self.frame_of_dict(f, fpath)?;
+        if self.streaming
+            && let Value::Dict(d) = f
+            && d.memo_index.get().is_some()
+            && let Ok(idx) = u32::try_from(self.frame_table.len())
+            && idx < FRAME_HANDLE
+        {
+            self.frame_table.push(frame);
+            self.handles.push(MemoHandle {
+                container: d.clone(),
+                handle: FRAME_HANDLE | idx,
+            });
+        }
+        Ok(frame)
+    }
+
+    /// A frame dict's fields, decoded once per (memoized) dict.
+    fn frame_of_dict(&mut self, f: &Value, fpath: PathFn) -> Result<Frame, ReadError> {
         let d = dict_of(f, fpath)?;
         let fkey = Rc::as_ptr(d);
         // Direct-mapped in front of the map: a stack repeats the same few frame dicts.
