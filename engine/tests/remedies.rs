@@ -6,6 +6,11 @@
 //! is printed; the bounds of issue 4 are asserted: median |error| ≤ 5 %, max ≤ 15 %, fits right
 //! in ≥ 90 %. Under-estimates are counted apart.
 //!
+//! Post-mortem: from each `baseline__cap` snapshot alone (cut at the OOM, inside the first step)
+//! the lower bounds and the extrapolated estimates of baseline and remedies are printed beside
+//! the truth of the full step (the `__full` runs) and the remedies' `__cap` outcomes, and the
+//! measured accuracy of the estimates is asserted with some margin.
+//!
 //! Data: `tests/data/replay/` (copies of the corpus's `baseline__full` and `baseline__cap`
 //! snapshots, and `truth_subset.json`), so this runs without `/work/shared`.
 #![allow(clippy::unwrap_used)]
@@ -178,6 +183,15 @@ fn accuracy_against_truth() {
 #[test]
 fn post_mortem_from_cap_snapshots() {
     let runs = truth();
+    // Errors of the estimates (baselines, remedies) against truth; `fits` (the estimate's)
+    // against the remedy's `__cap` run.
+    let mut base_err: Vec<f64> = Vec::new();
+    let mut remedy_err: Vec<f64> = Vec::new();
+    let (mut right, mut total) = (0usize, 0usize);
+    println!(
+        "\n{:<26} {:<40} {:>14} {:>14} {:>14} {:>8} {:>9}",
+        "snapshot", "remedy", "lower bound", "estimate", "truth", "error", "fits p/t"
+    );
     for (w, cap_name) in [
         ("gpt", "gpt__baseline__cap10"),
         ("resnet50", "resnet50__baseline__cap10"),
@@ -191,20 +205,42 @@ fn post_mortem_from_cap_snapshots() {
         assert!(out.post_mortem, "{cap_name}");
         assert!(!out.baseline.fits, "{cap_name}: the baseline must not fit");
         assert!(out.baseline.lower_bound);
+        // The cap run's full step is the `__full` run's.
+        let base_truth = runs
+            .iter()
+            .find(|r| r["id"] == format!("{w}__baseline__full"))
+            .map(|r| r["peak_allocated_bytes"].as_f64().unwrap() as u64)
+            .unwrap();
+        let est = out.baseline.estimated_peak_allocated_bytes.unwrap();
+        assert!(out.baseline.estimated_peak_reserved_bytes.is_some());
+        assert!(est >= out.baseline.peak_allocated_bytes, "{cap_name}");
+        let e = (est as f64 - base_truth as f64) / base_truth as f64;
+        base_err.push(e);
         println!(
-            "\n{cap_name} (cap {:.2} GiB): baseline ≥ {} (lower bound), fits {}",
-            cap as f64 / (1u64 << 30) as f64,
+            "{:<26} {:<40} {:>14} {:>14} {:>14} {:>7.1}% {:>9}",
+            cap_name,
+            "(baseline)",
             out.baseline.peak_allocated_bytes,
-            out.baseline.fits
+            est,
+            base_truth,
+            100.0 * e,
+            format!("{}/0", out.baseline.fits as u8)
         );
         for p in &out.remedies {
+            assert!(p.lower_bound);
+            let est = p.estimated_peak_allocated_bytes.unwrap();
             let name = REMEDIES
                 .iter()
                 .find(|(_, s)| *s == p.remedy)
                 .map(|(n, _)| *n);
+            // The remedy's own `__full` run, or a `__cap` run that did not run out of memory.
             let truth = name.and_then(|n| {
                 runs.iter()
                     .find(|r| r["id"] == format!("{w}__{n}__full"))
+                    .or_else(|| {
+                        runs.iter()
+                            .find(|r| r["workload"] == w && r["remedy"] == n && r["oom"] == false)
+                    })
                     .map(|r| r["peak_allocated_bytes"].as_f64().unwrap() as u64)
             });
             let cap_truth = name.and_then(|n| {
@@ -216,20 +252,46 @@ fn post_mortem_from_cap_snapshots() {
                     })
                     .map(|r| r["oom"] == false)
             });
+            let err = truth.map(|t| (est as f64 - t as f64) / t as f64);
+            if let Some(e) = err {
+                remedy_err.push(e);
+            }
+            if let Some(t) = cap_truth {
+                total += 1;
+                right += usize::from(t == p.fits);
+            }
             println!(
-                "  {:<40} {:>9} ≥{:>14} truth {:>14} fits {} (truth {}) lower_bound {} cost {:?}",
+                "{:<26} {:<40} {:>14} {:>14} {:>14} {:>8} {:>9}",
+                cap_name,
                 p.remedy,
-                format!("{:?}", p.method),
                 p.peak_allocated_bytes,
+                est,
                 truth.map_or("-".into(), |t| t.to_string()),
-                p.fits,
-                cap_truth.map_or("-".into(), |t| t.to_string()),
-                p.lower_bound,
-                p.cost.kind
+                err.map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
+                cap_truth.map_or("-".into(), |t| format!("{}/{}", p.fits as u8, t as u8))
             );
-            assert!(p.lower_bound);
         }
     }
+    let mut abs: Vec<f64> = remedy_err.iter().map(|e| e.abs()).collect();
+    let max = abs.iter().cloned().fold(0.0, f64::max);
+    let med = median(&mut abs);
+    let base_max = base_err.iter().map(|e| e.abs()).fold(0.0, f64::max);
+    println!(
+        "\npost-mortem estimates: baselines max |err| {:.1}%; remedies median |err| {:.1}%, max {:.1}% ({} rows, {} under); fits right {right}/{total}",
+        100.0 * base_max,
+        100.0 * med,
+        100.0 * max,
+        remedy_err.len(),
+        remedy_err.iter().filter(|e| **e < 0.0).count()
+    );
+    // Measured (2026-12): baselines −0.2 % (gpt), −4.7 % (resnet50: cut inside the forward,
+    // whose remainder is not known), −0.2 % (hf_gpt2); remedies median |error| 1.2 %, max 12.6 %
+    // (hf_gpt2 amp=bf16+checkpoint, −), 25 of 27 under; fits right 27/27 (24/27 from the lower
+    // bounds alone, before the estimate). Bounds with some margin:
+    assert!(base_max <= 0.06, "baseline estimates: {base_err:?}");
+    assert!(med <= 0.02, "median |error| {med}");
+    assert!(max <= 0.15, "max |error| {max}");
+    assert!(right >= 26, "fits right {right}/{total}");
 }
 
 #[test]

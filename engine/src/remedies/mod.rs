@@ -9,8 +9,14 @@
 //! Specs: `alloc=<PYTORCH_CUDA_ALLOC_CONF>`, `batch=F` (0 < F ≤ 1), `amp=bf16|fp16`,
 //! `checkpoint`, `optimizer=sgd`, combined with `+` (`amp=bf16+checkpoint`).
 //!
-//! From an OOM snapshot alone (post-mortem: the trace ends at the OOM) the figures cover the part
-//! of the step that ran: they are lower bounds, and say so ([`Prediction::lower_bound`]).
+//! From an OOM snapshot alone (post-mortem: the trace ends at the OOM) the replayed figures cover
+//! the part of the step that ran: they are lower bounds, and say so ([`Prediction::lower_bound`]).
+//! Beside them goes an estimate ([`Prediction::estimated_peak_allocated_bytes`]): the trace
+//! extended from the step's structure ([`step`]: the rest of the backward, the optimizer step,
+//! zero_grad, then the recorded part of the step again with the optimizer state live), the
+//! remedy applied to it as to a full trace, and replayed; `fits` is then the estimate's. Where
+//! the recording stops inside the forward, the forward's remainder is not known and the estimate
+//! stays low by it.
 
 pub mod alloc;
 pub mod amp;
@@ -201,10 +207,17 @@ pub struct Baseline {
     pub peak_allocated_bytes: u64,
     /// Peak reserved bytes (without a limit).
     pub peak_reserved_bytes: u64,
-    /// The replay under the capacity does not run out of memory.
+    /// The replay under the capacity does not run out of memory (post-mortem: the replay of the
+    /// extrapolated step).
     pub fits: bool,
     /// The trace was cut at an OOM: the peak is a lower bound.
     pub lower_bound: bool,
+    /// Post-mortem: the peak allocated bytes of the step extrapolated from its structure (see
+    /// [`whatif`]'s notes); `None` when the trace is complete.
+    pub estimated_peak_allocated_bytes: Option<u64>,
+    /// Post-mortem: the peak reserved bytes of the extrapolated step; `None` when the trace is
+    /// complete.
+    pub estimated_peak_reserved_bytes: Option<u64>,
 }
 
 /// What one remedy does.
@@ -216,12 +229,19 @@ pub struct Prediction {
     pub peak_allocated_bytes: u64,
     /// Predicted peak reserved bytes.
     pub peak_reserved_bytes: u64,
-    /// The replay of the (transformed) trace under the capacity does not run out of memory.
+    /// The replay of the (transformed) trace under the capacity does not run out of memory
+    /// (post-mortem: of the extrapolated step, transformed).
     pub fits: bool,
     /// `replay` (exact) or `transform` (a model).
     pub method: Method,
     /// The peaks cover only the part of the step before the OOM.
     pub lower_bound: bool,
+    /// Post-mortem: the peak allocated bytes of the extrapolated step, remedy applied; `None`
+    /// when the trace is complete.
+    pub estimated_peak_allocated_bytes: Option<u64>,
+    /// Post-mortem: the peak reserved bytes of the extrapolated step; `None` when the trace is
+    /// complete.
+    pub estimated_peak_reserved_bytes: Option<u64>,
     /// What it costs.
     pub cost: Cost,
     /// Exactly what to change.
@@ -246,6 +266,9 @@ pub struct WhatIf {
     pub notes: Vec<String>,
 }
 
+/// How the post-mortem estimate extends a trace, in words (notes).
+const EXTRAPOLATION: &str = "after the cut: the failed allocation made, the rest of the backward (a gradient for every parameter without one, later layers first; what the forward left live freed in reverse order, each behind a gradient of its size), the optimizer step (AdamW: two state buffers per parameter on the first step, kept; one parameter-sized temporary each), zero_grad (gradients freed), then the recorded part of the step once more, now with the optimizer state live, and its rest the same way";
+
 fn options(device: u32, config: Option<AllocatorConfig>, capacity: Option<u64>) -> ReplayOptions {
     ReplayOptions {
         device,
@@ -262,13 +285,16 @@ fn options(device: u32, config: Option<AllocatorConfig>, capacity: Option<u64>) 
 fn prepare<'s>(
     snapshot: &'s Snapshot,
     spec: &str,
+    extend: bool,
 ) -> Result<(Context<'s>, Vec<Box<dyn Remedy>>), RemedyError> {
     let remedies = parse_spec(spec)?;
     let device = main_device(snapshot).ok_or(RemedyError::NoTrace)?;
+    let mut plan = Plan::build(snapshot, device);
+    let extended = extend && plan.extend_post_mortem().is_some();
     let mut ctx = Context {
         snapshot,
-        plan: Plan::build(snapshot, device),
-        transformed: false,
+        plan,
+        transformed: extended,
         config: None,
         notes: Vec::new(),
         block: None,
@@ -282,7 +308,7 @@ fn prepare<'s>(
 /// The snapshot a remedy turns `snapshot` into: the transformed trace replayed through the
 /// allocator (with the remedy's settings), with segments, as `_dump_snapshot` would write it.
 pub fn transformed_snapshot(snapshot: &Snapshot, spec: &str) -> Result<Snapshot, RemedyError> {
-    let (ctx, _) = prepare(snapshot, spec)?;
+    let (ctx, _) = prepare(snapshot, spec, false)?;
     let device = ctx.plan.device;
     let mut o = options(device, ctx.config.clone(), None);
     o.record_events = true;
@@ -298,7 +324,7 @@ pub fn transformed_snapshot(snapshot: &Snapshot, spec: &str) -> Result<Snapshot,
 
 /// Evaluates one spec.
 fn evaluate(snapshot: &Snapshot, capacity: u64, spec: &str) -> Result<Prediction, RemedyError> {
-    let (mut ctx, remedies) = prepare(snapshot, spec)?;
+    let (mut ctx, remedies) = prepare(snapshot, spec, false)?;
     let device = ctx.plan.device;
     let method = if ctx.transformed {
         Method::Transform
@@ -315,6 +341,22 @@ fn evaluate(snapshot: &Snapshot, capacity: u64, spec: &str) -> Result<Prediction
     let free = replay(target, &options(device, ctx.config.clone(), None))?;
     let capped = replay(target, &options(device, ctx.config.clone(), Some(capacity)))?;
     let lower_bound = ctx.plan.post_mortem;
+    let estimate = if lower_bound {
+        let (ext, _) = prepare(snapshot, spec, true)?;
+        let raw = ext.plan.to_snapshot(snapshot);
+        let f = replay(&raw, &options(device, ext.config.clone(), None))?;
+        let c = replay(&raw, &options(device, ext.config.clone(), Some(capacity)))?;
+        Some((f.peak_allocated_bytes, f.peak_reserved_bytes, !c.oom))
+    } else {
+        None
+    };
+    if let Some((a, r, _)) = estimate {
+        ctx.notes.push(format!(
+            "post-mortem estimate: {} allocated, {} reserved — the step extrapolated from its structure and replayed ({EXTRAPOLATION}); `fits` is the estimate's",
+            Bytes(a),
+            Bytes(r)
+        ));
+    }
     if lower_bound {
         ctx.notes.push(format!(
             "post-mortem: the trace ends at the OOM (in the {:?} phase of step {}); the rest of the step is missing, so the peak is a lower bound{}",
@@ -342,9 +384,11 @@ fn evaluate(snapshot: &Snapshot, capacity: u64, spec: &str) -> Result<Prediction
         remedy: spec.to_string(),
         peak_allocated_bytes: free.peak_allocated_bytes,
         peak_reserved_bytes: free.peak_reserved_bytes,
-        fits: !capped.oom,
+        fits: estimate.map_or(!capped.oom, |e| e.2),
         method,
         lower_bound,
+        estimated_peak_allocated_bytes: estimate.map(|e| e.0),
+        estimated_peak_reserved_bytes: estimate.map(|e| e.1),
         cost,
         change,
         notes: ctx.notes,
@@ -386,11 +430,34 @@ pub fn whatif(snapshot: &Snapshot, capacity: u64, specs: &[String]) -> Result<Wh
         .map_or(&[][..], |t| t.entries.as_slice());
     let post_mortem = step::ends_in_oom(entries).is_some();
     let mut notes = Vec::new();
+    let mut estimate = None;
     if post_mortem {
+        let mut plan = Plan::build(snapshot, device);
+        let ext = plan.extend_post_mortem();
+        let raw = plan.to_snapshot(snapshot);
+        let f = replay(&raw, &options(device, None, None))?;
+        let c = replay(&raw, &options(device, None, Some(capacity)))?;
+        estimate = Some((f.peak_allocated_bytes, f.peak_reserved_bytes, !c.oom));
         notes.push(format!(
             "post-mortem: the snapshot ends at an OOM; every peak is a lower bound for the part of the step that ran (baseline at least {})",
             Bytes(base_free.peak_allocated_bytes)
         ));
+        if let Some(e) = ext {
+            notes.push(format!(
+                "post-mortem estimate (extrapolated, a model): baseline about {} allocated, {} reserved; the recording stops in the {:?} phase; {EXTRAPOLATION} ({} gradients in the cut step, {} of optimizer state and {} recorded allocations of the step repeated were added); the estimates and `fits` come from it, the lower bounds stay beside them{}",
+                Bytes(f.peak_allocated_bytes),
+                Bytes(f.peak_reserved_bytes),
+                e.cut_phase,
+                e.gradients,
+                Bytes(e.state_bytes),
+                e.repeated,
+                if e.cut_phase == crate::analysis::Phase::Forward {
+                    "; the forward's remainder is not known, so the estimate is still low by what it would have added"
+                } else {
+                    ""
+                }
+            ));
+        }
     }
     let mut remedies = Vec::with_capacity(specs.len());
     for s in &specs {
@@ -406,15 +473,25 @@ pub fn whatif(snapshot: &Snapshot, capacity: u64, specs: &[String]) -> Result<Wh
                     std::cmp::Ordering::Equal
                 }
             })
-            .then_with(|| a.peak_allocated_bytes.cmp(&b.peak_allocated_bytes))
+            .then_with(|| {
+                let pa = a
+                    .estimated_peak_allocated_bytes
+                    .unwrap_or(a.peak_allocated_bytes);
+                let pb = b
+                    .estimated_peak_allocated_bytes
+                    .unwrap_or(b.peak_allocated_bytes);
+                pa.cmp(&pb)
+            })
     });
     Ok(WhatIf {
         capacity_bytes: capacity,
         baseline: Baseline {
             peak_allocated_bytes: base_free.peak_allocated_bytes,
             peak_reserved_bytes: base_free.peak_reserved_bytes,
-            fits: !base_capped.oom,
+            fits: estimate.map_or(!base_capped.oom, |e| e.2),
             lower_bound: post_mortem,
+            estimated_peak_allocated_bytes: estimate.map(|e| e.0),
+            estimated_peak_reserved_bytes: estimate.map(|e| e.1),
         },
         remedies,
         post_mortem,

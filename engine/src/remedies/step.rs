@@ -4,6 +4,13 @@
 //! lifetimes, dropped or added allocations); [`Plan::to_snapshot`] turns it back into a trace of
 //! `alloc` / `free_requested` / `free_completed` entries that the allocator replay runs, so the
 //! fragmentation of the changed trace is simulated, not guessed.
+//!
+//! A post-mortem plan (the trace cut at the OOM) can be extended from the step's structure
+//! ([`Plan::extend_post_mortem`]): the failed allocation made, the rest of the backward
+//! (gradients for the parameters that have none, the forward's live allocations freed in
+//! reverse order behind a gradient of each one's size), the optimizer step (AdamW's state on the
+//! first step, parameter-sized temporaries), zero_grad, then the recorded part of the step once
+//! more with the state live (where a full run peaks) and its rest likewise.
 
 use rustc_hash::FxHashSet;
 
@@ -300,4 +307,302 @@ pub(crate) fn first_user_frame(snapshot: &Snapshot, id: StackId) -> Option<Frame
     py_frames(snapshot, id)
         .find(|f| !is_library(snapshot.stacks.str(f.filename)))
         .copied()
+}
+
+/// What [`Plan::extend_post_mortem`] added, for the notes.
+#[derive(Debug, Clone)]
+pub(crate) struct Extension {
+    /// Phase the recording stopped in.
+    pub(crate) cut_phase: Phase,
+    /// Gradients added to the cut step's backward (parameters without one at the cut).
+    pub(crate) gradients: usize,
+    /// Allocations of the recorded step repeated as the next step.
+    pub(crate) repeated: usize,
+    /// Optimizer state added (bytes).
+    pub(crate) state_bytes: u64,
+}
+
+impl Plan {
+    /// Extends a post-mortem plan (cut at the OOM) with the rest of the step and the next one,
+    /// from the step's structure: the failed allocation is made; the rest of the backward
+    /// (the backward's live temporaries freed first: the failed op is done; every parameter
+    /// without a gradient gets one, the later layers first, spread over the walk; what the
+    /// forward left live is freed in reverse order of allocation, each after a gradient of its
+    /// size is made and the previous such gradient freed); the optimizer step (Adam/AdamW: two state buffers per parameter
+    /// if none exist yet, kept; one parameter-sized temporary per parameter, freed at the step's
+    /// end); zero_grad (gradients freed, `set_to_none`); then the recorded part of the step once
+    /// more (the optimizer state now live) up to the cut, and its rest as above. `None` when the
+    /// plan is not post-mortem.
+    pub(crate) fn extend_post_mortem(&mut self) -> Option<Extension> {
+        if !self.post_mortem {
+            return None;
+        }
+        let mut ext = Extension {
+            cut_phase: self.last_phase,
+            gradients: 0,
+            repeated: 0,
+            state_bytes: 0,
+        };
+        let cut_step = self.allocs.iter().map(|a| a.step).max().unwrap_or(0);
+        let end = self.allocs.iter().map(|a| a.at).max().unwrap_or(0);
+        let mut next: Pos = (end / SLOT + 1).saturating_mul(SLOT).saturating_add(MID);
+        let mut slot = || {
+            let p = next;
+            next = next.saturating_add(SLOT);
+            p
+        };
+        let step_start = self
+            .allocs
+            .iter()
+            .filter(|a| a.step == cut_step && matches!(a.phase, Phase::Data | Phase::Forward))
+            .map(|a| a.at)
+            .min()
+            .unwrap_or(end);
+        // The recorded step as a template (before any change), to repeat.
+        let template: Vec<PlanAlloc> = self
+            .allocs
+            .iter()
+            .filter(|a| {
+                a.step == cut_step && a.at >= step_start && a.category != Category::Parameter
+            })
+            .cloned()
+            .collect();
+        for a in self.allocs.iter_mut().filter(|a| a.failed) {
+            a.failed = false;
+        }
+        self.finish_step(cut_step, &mut slot, &mut ext);
+        let gradients = ext.gradients;
+        // The next step: the recorded part again, shifted.
+        let base = slot();
+        let shift = base.saturating_sub(step_start);
+        let step = cut_step + 1;
+        let mut bounds = StepBounds::default();
+        for t in &template {
+            let at = t.at.saturating_add(shift);
+            match t.phase {
+                Phase::Forward if bounds.forward.is_none() => bounds.forward = Some(at),
+                Phase::Backward if bounds.backward.is_none() => bounds.backward = Some(at),
+                _ => {}
+            }
+            self.allocs.push(PlanAlloc {
+                at,
+                free: t.free.map(|f| f.saturating_add(shift)),
+                step,
+                failed: false,
+                ..t.clone()
+            });
+            ext.repeated += 1;
+        }
+        self.steps.push(bounds);
+        let last = self.allocs.iter().map(|a| a.at).max().unwrap_or(base);
+        next = (last / SLOT + 1).saturating_mul(SLOT).saturating_add(MID);
+        let mut slot = || {
+            let p = next;
+            next = next.saturating_add(SLOT);
+            p
+        };
+        self.finish_step(step, &mut slot, &mut ext);
+        ext.gradients = gradients;
+        Some(ext)
+    }
+
+    /// The rest of step `step` from where its allocations stop: the backward, the optimizer
+    /// step, zero_grad.
+    fn finish_step(&mut self, step: usize, slot: &mut impl FnMut() -> Pos, ext: &mut Extension) {
+        let params: Vec<(u64, u64, StackId)> = self
+            .allocs
+            .iter()
+            .filter(|a| a.category == Category::Parameter && !a.added)
+            .map(|a| (a.size, a.stream, a.frames))
+            .collect();
+        // Gradients made in this step so far, matched to parameters by size (latest first).
+        let mut have: Vec<u64> = self
+            .allocs
+            .iter()
+            .filter(|a| a.category == Category::Gradient && a.step == step)
+            .map(|a| a.size)
+            .collect();
+        let mut missing: Vec<(u64, u64, StackId)> = Vec::new();
+        for p in params.iter().rev() {
+            if let Some(i) = have.iter().position(|&s| s == p.0) {
+                have.swap_remove(i);
+            } else {
+                missing.push(*p);
+            }
+        }
+        // Live at the cut: forward-side allocations (saved for the backward) and the
+        // backward's temporaries.
+        let live: Vec<usize> = (0..self.allocs.len())
+            .filter(|&k| {
+                self.allocs.get(k).is_some_and(|a| {
+                    a.step == step
+                        && a.free.is_none()
+                        && a.category != Category::Parameter
+                        && a.category != Category::Gradient
+                        && a.category != Category::OptimizerState
+                })
+            })
+            .collect();
+        let (mut saved, backward): (Vec<usize>, Vec<usize>) = live.into_iter().partition(|&k| {
+            self.allocs
+                .get(k)
+                .is_some_and(|a| matches!(a.phase, Phase::Data | Phase::Forward | Phase::Setup))
+        });
+        saved.sort_by_key(|&k| std::cmp::Reverse(self.allocs.get(k).map_or(0, |a| a.at)));
+        let stream = params.first().map_or(0, |p| p.1);
+        let n_saved = saved.len().max(1);
+        let mut gi = 0usize;
+        // The backward's live temporaries: the recorded op is done, its inputs' gradients go.
+        let p = slot();
+        if let Some(b) = self.steps.get_mut(step)
+            && b.backward.is_none()
+        {
+            b.backward = Some(p);
+        }
+        for &b in &backward {
+            if let Some(a) = self.allocs.get_mut(b) {
+                a.free = Some(p);
+            }
+        }
+        // The gradient flowing back: for each saved allocation (latest first) the gradient of
+        // that tensor is made, the previous one freed, then the saved one.
+        let mut flow: Option<usize> = None;
+        for (j, &k) in saved.iter().enumerate() {
+            // Gradients spread over the backward in proportion.
+            let upto = missing.len() * (j + 1) / n_saved;
+            while gi < upto {
+                if let Some(&(size, st, frames)) = missing.get(gi) {
+                    self.allocs.push(added(
+                        slot(),
+                        size,
+                        st,
+                        frames,
+                        Phase::Backward,
+                        Category::Gradient,
+                        step,
+                    ));
+                    ext.gradients += 1;
+                }
+                gi += 1;
+            }
+            let Some(&PlanAlloc { size, frames, .. }) = self.allocs.get(k) else {
+                continue;
+            };
+            let g = self.allocs.len();
+            self.allocs.push(added(
+                slot(),
+                size,
+                stream,
+                frames,
+                Phase::Backward,
+                Category::Temporary,
+                step,
+            ));
+            let p = slot();
+            if let Some(prev) = flow.and_then(|f| self.allocs.get_mut(f)) {
+                prev.free = Some(p);
+            }
+            flow = Some(g);
+            if let Some(a) = self.allocs.get_mut(k) {
+                a.free = Some(p);
+            }
+        }
+        let p = slot();
+        if let Some(prev) = flow.and_then(|f| self.allocs.get_mut(f)) {
+            prev.free = Some(p);
+        }
+        while gi < missing.len() {
+            if let Some(&(size, st, frames)) = missing.get(gi) {
+                self.allocs.push(added(
+                    slot(),
+                    size,
+                    st,
+                    frames,
+                    Phase::Backward,
+                    Category::Gradient,
+                    step,
+                ));
+                ext.gradients += 1;
+            }
+            gi += 1;
+        }
+        // Optimizer step.
+        let has_state = self
+            .allocs
+            .iter()
+            .any(|a| a.category == Category::OptimizerState);
+        let mut temps: Vec<usize> = Vec::new();
+        let first = slot();
+        if let Some(b) = self.steps.get_mut(step)
+            && b.after.is_none()
+        {
+            b.after = Some(first);
+        }
+        for &(size, _, frames) in &params {
+            if !has_state {
+                for _ in 0..2 {
+                    self.allocs.push(added(
+                        slot(),
+                        size,
+                        stream,
+                        frames,
+                        Phase::Optimizer,
+                        Category::OptimizerState,
+                        step,
+                    ));
+                    ext.state_bytes += size;
+                }
+            }
+        }
+        for &(size, _, frames) in &params {
+            temps.push(self.allocs.len());
+            self.allocs.push(added(
+                slot(),
+                size,
+                stream,
+                frames,
+                Phase::Optimizer,
+                Category::Temporary,
+                step,
+            ));
+        }
+        let p = slot();
+        for k in temps {
+            if let Some(a) = self.allocs.get_mut(k) {
+                a.free = Some(p);
+            }
+        }
+        // zero_grad(set_to_none=True).
+        let p = slot();
+        for a in self.allocs.iter_mut() {
+            if a.category == Category::Gradient && a.step == step && a.free.is_none() {
+                a.free = Some(p);
+            }
+        }
+    }
+}
+
+/// An allocation of the extrapolated continuation, live until freed.
+fn added(
+    at: Pos,
+    size: u64,
+    stream: u64,
+    frames: StackId,
+    phase: Phase,
+    category: Category,
+    step: usize,
+) -> PlanAlloc {
+    PlanAlloc {
+        at,
+        free: None,
+        size,
+        stream,
+        frames,
+        phase,
+        category,
+        step,
+        dropped: false,
+        added: true,
+        failed: false,
+    }
 }

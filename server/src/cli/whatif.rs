@@ -95,6 +95,15 @@ fn short_cost(kind: CostKind) -> &'static str {
     }
 }
 
+/// A peak: exact, or post-mortem `≥lower bound (est. estimate)`.
+fn figure(bytes: u64, lower_bound: bool, estimate: Option<u64>) -> String {
+    match (lower_bound, estimate) {
+        (true, Some(e)) => format!("≥{} (est. {})", Bytes(bytes), Bytes(e)),
+        (true, None) => format!("≥{}", Bytes(bytes)),
+        (false, _) => format!("{}", Bytes(bytes)),
+    }
+}
+
 /// The ranked table.
 fn render(w: &WhatIf, name: &str) -> String {
     let mut out = String::new();
@@ -106,37 +115,58 @@ fn render(w: &WhatIf, name: &str) -> String {
     );
     let _ = writeln!(
         out,
-        "Baseline: peak allocated {}{}, reserved {} — {}",
-        Bytes(b.peak_allocated_bytes),
-        if b.lower_bound { " (at least)" } else { "" },
-        Bytes(b.peak_reserved_bytes),
-        if b.fits { "fits" } else { "does NOT fit" }
+        "Baseline: peak allocated {}, reserved {} — {}",
+        figure(
+            b.peak_allocated_bytes,
+            b.lower_bound,
+            b.estimated_peak_allocated_bytes
+        ),
+        figure(
+            b.peak_reserved_bytes,
+            b.lower_bound,
+            b.estimated_peak_reserved_bytes
+        ),
+        match (b.fits, b.lower_bound) {
+            (true, false) => "fits",
+            (true, true) => "fits by the estimate",
+            (false, false) => "does NOT fit",
+            (false, true) => "does NOT fit by the estimate",
+        }
     );
     if w.post_mortem {
         let _ = writeln!(
             out,
-            "The trace ends at the OOM: the figures (marked ≥) are lower bounds for the part of the step that ran, so \"fits\" can only be refuted, not confirmed (\"maybe\")."
+            "The trace ends at the OOM: the replayed figures (marked ≥) are lower bounds for the part of the step that ran; \"est.\" is the whole step extrapolated from its structure (a model), and \"fits\" is the estimate's (\"likely\" / \"unlikely\"), not a replay of the real step."
         );
     }
+    let width = if w.post_mortem { 28 } else { 13 };
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:>2}  {:<40} {:>13} {:>13}  {:<5} {:<9}  cost",
+        "{:>2}  {:<40} {:>width$} {:>width$}  {:<8} {:<9}  cost",
         "#", "remedy", "peak alloc.", "peak reserved", "fits", "method"
     );
     for (i, r) in w.remedies.iter().enumerate() {
-        let lb = if r.lower_bound { "≥" } else { "" };
         let _ = writeln!(
             out,
-            "{:>2}  {:<40} {:>13} {:>13}  {:<5} {:<9}  {}",
+            "{:>2}  {:<40} {:>width$} {:>width$}  {:<8} {:<9}  {}",
             i + 1,
             r.remedy,
-            format!("{lb}{}", Bytes(r.peak_allocated_bytes)),
-            format!("{lb}{}", Bytes(r.peak_reserved_bytes)),
+            figure(
+                r.peak_allocated_bytes,
+                r.lower_bound,
+                r.estimated_peak_allocated_bytes
+            ),
+            figure(
+                r.peak_reserved_bytes,
+                r.lower_bound,
+                r.estimated_peak_reserved_bytes
+            ),
             match (r.fits, r.lower_bound) {
                 (true, false) => "yes",
-                (true, true) => "maybe",
-                (false, _) => "no",
+                (true, true) => "likely",
+                (false, false) => "no",
+                (false, true) => "unlikely",
             },
             r.method.as_str(),
             short_cost(r.cost.kind),
@@ -144,7 +174,7 @@ fn render(w: &WhatIf, name: &str) -> String {
     }
     if let Some(best) = w.remedies.iter().find(|r| r.fits) {
         let verdict = if best.lower_bound {
-            "Cheapest fix that may fit (its lower bound does)"
+            "Cheapest fix that likely fits (by the post-mortem estimate)"
         } else {
             "Cheapest fix that fits"
         };
