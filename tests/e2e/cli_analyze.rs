@@ -1,17 +1,7 @@
 //! `oomlens analyze` as a user runs it: snapshots and logs, JSON and text, and bad input.
 #![allow(clippy::unwrap_used)]
 
-use oomlens_e2e::{oomlens, workspace};
-
-fn json_of(args: &[&str]) -> serde_json::Value {
-    let out = oomlens(args);
-    assert!(
-        out.status.success(),
-        "oomlens {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use oomlens_e2e::{json_of, oomlens, workspace};
 
 #[test]
 fn snapshot_with_oom_json() {

@@ -2,23 +2,13 @@
 //! the export read back, and bad arguments.
 #![allow(clippy::unwrap_used)]
 
-use oomlens_e2e::{oomlens, workspace};
+use oomlens_e2e::{json_of, oomlens, workspace};
 
 const GPT_CAP10: &str = "examples/gpt__baseline__cap10.pickle.gz";
 /// truth.json, run `gpt__baseline__cap10`: the limit and what PyTorch measured at the OOM.
 const CAP10_BYTES: u64 = 10_737_418_240;
 const CAP10_PEAK_ALLOCATED: u64 = 10_583_607_296;
 const CAP10_PEAK_RESERVED: u64 = 10_605_297_664;
-
-fn json_of(args: &[&str]) -> serde_json::Value {
-    let out = oomlens(args);
-    assert!(
-        out.status.success(),
-        "oomlens {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 #[test]
 fn recorded_oom_is_reproduced_to_the_byte() {

@@ -2,20 +2,10 @@
 //! bounds, the export of a transformed trace, and bad arguments.
 #![allow(clippy::unwrap_used)]
 
-use oomlens_e2e::oomlens;
+use oomlens_e2e::{json_of, oomlens};
 
 const GPT_FULL: &str = "engine/tests/data/replay/gpt__baseline__full.pickle.gz";
 const GPT_CAP10: &str = "examples/gpt__baseline__cap10.pickle.gz";
-
-fn json_of(args: &[&str]) -> serde_json::Value {
-    let out = oomlens(args);
-    assert!(
-        out.status.success(),
-        "oomlens {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 #[test]
 fn standard_set_is_ranked_with_every_field() {

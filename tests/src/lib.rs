@@ -55,3 +55,17 @@ pub fn oomlens(args: &[&str]) -> Output {
         Err(e) => panic!("could not run {}: {e}", oomlens_bin().display()),
     }
 }
+
+/// Runs `oomlens` with `args`, which must succeed, and parses its stdout as one JSON document.
+pub fn json_of(args: &[&str]) -> serde_json::Value {
+    let out = oomlens(args);
+    assert!(
+        out.status.success(),
+        "oomlens {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match serde_json::from_slice(&out.stdout) {
+        Ok(v) => v,
+        Err(e) => panic!("oomlens {args:?}: stdout is not one JSON document: {e}"),
+    }
+}

@@ -2,13 +2,11 @@
 //! runs a snapshot's trace through the re-implemented caching allocator, with the recorded or
 //! other settings and an optional per-process limit, and says where it runs out of memory.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use oomlens_engine::allocator::AllocatorConfig;
-use oomlens_engine::replay::{Replay, ReplayOptions, replay};
+use oomlens_engine::replay::{ReplayOptions, replay};
 use oomlens_engine::report::{ReplayReport, render_replay_text};
-use oomlens_engine::snapshot::{Snapshot, WriteOptions, write_snapshot};
 
 use super::{Failure, emit, snapshot_input};
 
@@ -59,7 +57,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
         replay(&snapshot, &options).map_err(|e| Failure::BadInput(format!("{name}: {e}")))?;
     tracing::info!(elapsed = ?t0.elapsed(), entries = result.entries_replayed, "replayed");
     if let Some(out) = &args.export_snapshot {
-        export(&snapshot, &result, out)?;
+        snapshot_input::write(&result.to_snapshot(&snapshot), out)?;
     }
     let report = ReplayReport::new(&result, Some(&name));
     let text = if args.json {
@@ -71,30 +69,4 @@ pub fn run(args: &ReplayArgs) -> Result<(), Failure> {
         render_replay_text(&report)
     };
     emit(&text)
-}
-
-/// Writes the replay as a snapshot pickle (protocol 4; gzip when OUT ends in `.gz`), through a
-/// temporary file in the same directory, so a failure never leaves half a file at OUT.
-fn export(snapshot: &Snapshot, result: &Replay, out: &Path) -> Result<(), Failure> {
-    let exported = result.to_snapshot(snapshot);
-    let gzip = out.extension().is_some_and(|e| e == "gz");
-    let opts = WriteOptions {
-        gzip: gzip.then_some(6),
-        ..WriteOptions::default()
-    };
-    let bad = |e: &dyn std::fmt::Display| {
-        Failure::BadInput(format!("--export-snapshot {}: {e}", out.display()))
-    };
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| bad(&e))?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp.as_file_mut());
-    write_snapshot(&exported, &mut w, &opts).map_err(|e| bad(&e))?;
-    w.flush().map_err(|e| bad(&e))?;
-    drop(w);
-    tmp.persist(out).map_err(|e| bad(&e.error))?;
-    tracing::info!(path = %out.display(), events = exported.traces.first().map_or(0, |t| t.entries.len()), "replay exported");
-    Ok(())
 }

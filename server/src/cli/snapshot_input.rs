@@ -1,11 +1,14 @@
-//! Reading a snapshot named on the command line (a file, or `-` for standard input), for the
-//! commands that need a snapshot and nothing else (`replay`).
+//! Snapshot files on the command line: reading one (a file, or `-` for standard input) for the
+//! commands that need a snapshot and nothing else (`replay`, `whatif`), and writing one
+//! (`--export-snapshot`).
 
 use std::fs::File;
-use std::io::Read;
-use std::path::Path;
+use std::io::{Read, Write as _};
+use std::path::{Path, PathBuf};
 
-use oomlens_engine::snapshot::{ReadOptions, Snapshot, read_snapshot, read_snapshot_parallel};
+use oomlens_engine::snapshot::{
+    ReadOptions, Snapshot, WriteOptions, read_snapshot, read_snapshot_parallel, write_snapshot,
+};
 
 use super::Failure;
 
@@ -41,4 +44,29 @@ pub fn read(path: &Path) -> Result<Snapshot, Failure> {
     let snapshot = snapshot.map_err(|e| Failure::BadInput(format!("{name}: {e}")))?;
     tracing::info!(elapsed = ?t0.elapsed(), "snapshot read");
     Ok(snapshot)
+}
+
+/// Writes `snapshot` to `out` as a protocol-4 pickle (gzip when `out` ends in `.gz`), through a
+/// temporary file in the same directory, so a failure never leaves half a file at `out`.
+pub fn write(snapshot: &Snapshot, out: &Path) -> Result<(), Failure> {
+    let bad = |e: &dyn std::fmt::Display| {
+        Failure::BadInput(format!("--export-snapshot {}: {e}", out.display()))
+    };
+    let gzip = out.extension().is_some_and(|e| e == "gz");
+    let opts = WriteOptions {
+        gzip: gzip.then_some(6),
+        ..WriteOptions::default()
+    };
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| bad(&e))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp.as_file_mut());
+    write_snapshot(snapshot, &mut w, &opts).map_err(|e| bad(&e))?;
+    w.flush().map_err(|e| bad(&e))?;
+    drop(w);
+    tmp.persist(out).map_err(|e| bad(&e.error))?;
+    tracing::info!(path = %out.display(), "snapshot written");
+    Ok(())
 }

@@ -3,12 +3,10 @@
 //! ranked by what it costs.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use oomlens_engine::Bytes;
 use oomlens_engine::remedies::{self, CostKind, WhatIf};
-use oomlens_engine::snapshot::{WriteOptions, write_snapshot};
 
 use super::{Failure, emit, snapshot_input};
 
@@ -50,7 +48,7 @@ pub fn run(args: &WhatIfArgs) -> Result<(), Failure> {
     if let (Some(out), [spec]) = (&args.export_snapshot, specs.as_slice()) {
         let transformed = remedies::transformed_snapshot(&snapshot, spec)
             .map_err(|e| Failure::BadInput(format!("{name}: --remedy {spec}: {e}")))?;
-        export(&transformed, out)?;
+        snapshot_input::write(&transformed, out)?;
     }
     let text = if args.json {
         let mut s =
@@ -61,28 +59,6 @@ pub fn run(args: &WhatIfArgs) -> Result<(), Failure> {
         render(&result, &name)
     };
     emit(&text)
-}
-
-fn export(snapshot: &oomlens_engine::snapshot::Snapshot, out: &Path) -> Result<(), Failure> {
-    let bad = |e: &dyn std::fmt::Display| {
-        Failure::BadInput(format!("--export-snapshot {}: {e}", out.display()))
-    };
-    let gzip = out.extension().is_some_and(|e| e == "gz");
-    let opts = WriteOptions {
-        gzip: gzip.then_some(6),
-        ..WriteOptions::default()
-    };
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| bad(&e))?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp.as_file_mut());
-    write_snapshot(snapshot, &mut w, &opts).map_err(|e| bad(&e))?;
-    w.flush().map_err(|e| bad(&e))?;
-    drop(w);
-    tmp.persist(out).map_err(|e| bad(&e.error))?;
-    Ok(())
 }
 
 /// The cost column: the kind in a few words (the full text is in the JSON and under the table).
