@@ -68,20 +68,23 @@ fn inferred_limit(entries: &[TraceEntry]) -> Option<u64> {
     if !entries.iter().any(|e| e.action == Action::Oom) {
         return None;
     }
-    let (mut reserved, mut peak) = (0u64, 0u64);
-    for e in entries {
+    reserved_levels(entries).max().or(Some(0))
+}
+
+/// Reserved bytes after each entry of a trace that starts empty: the trace's own segment events.
+fn reserved_levels(entries: &[TraceEntry]) -> impl Iterator<Item = u64> + '_ {
+    entries.iter().scan(0u64, |reserved, e| {
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => {
-                reserved = reserved.saturating_add(e.size);
-                peak = peak.max(reserved);
+                *reserved = reserved.saturating_add(e.size)
             }
             Action::SegmentFree | Action::SegmentUnmap => {
-                reserved = reserved.saturating_sub(e.size)
+                *reserved = reserved.saturating_sub(e.size)
             }
             _ => {}
         }
-    }
-    Some(peak)
+        Some(*reserved)
+    })
 }
 
 /// Replays `device` with the recorded settings and returns its exact peaks, or why there are
@@ -135,16 +138,10 @@ fn from_replay(r: &Replay, entries: &[TraceEntry], cut: usize) -> Result<ExactPe
             r.oom_event_index
         )));
     }
-    let reserved_at_peak = r.peak_allocated_event_index.map_or(0, |i| {
-        entries
-            .iter()
-            .take(i + 1)
-            .fold(0u64, |acc, e| match e.action {
-                Action::SegmentAlloc | Action::SegmentMap => acc.saturating_add(e.size),
-                Action::SegmentFree | Action::SegmentUnmap => acc.saturating_sub(e.size),
-                _ => acc,
-            })
-    });
+    let reserved_at_peak = r
+        .peak_allocated_event_index
+        .and_then(|i| reserved_levels(entries).nth(i))
+        .unwrap_or(0);
     Ok(ExactPeaks {
         device: r.device,
         allocated_bytes: r.peak_allocated_bytes,

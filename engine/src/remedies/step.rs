@@ -345,12 +345,7 @@ impl Plan {
         };
         let cut_step = self.allocs.iter().map(|a| a.step).max().unwrap_or(0);
         let end = self.allocs.iter().map(|a| a.at).max().unwrap_or(0);
-        let mut next: Pos = (end / SLOT + 1).saturating_mul(SLOT).saturating_add(MID);
-        let mut slot = || {
-            let p = next;
-            next = next.saturating_add(SLOT);
-            p
-        };
+        let mut slot = slots_after(end);
         let step_start = self
             .allocs
             .iter()
@@ -395,12 +390,7 @@ impl Plan {
         }
         self.steps.push(bounds);
         let last = self.allocs.iter().map(|a| a.at).max().unwrap_or(base);
-        next = (last / SLOT + 1).saturating_mul(SLOT).saturating_add(MID);
-        let mut slot = || {
-            let p = next;
-            next = next.saturating_add(SLOT);
-            p
-        };
+        let mut slot = slots_after(last);
         self.finish_step(step, &mut slot, &mut ext);
         ext.gradients = gradients;
         Some(ext)
@@ -408,6 +398,29 @@ impl Plan {
 
     /// The rest of step `step` from where its allocations stop: the backward, the optimizer
     /// step, zero_grad.
+    /// Adds a backward gradient for each of `grads` (size, stream, stack), one slot each;
+    /// returns how many.
+    fn push_gradients(
+        &mut self,
+        grads: Option<&[(u64, u64, StackId)]>,
+        slot: &mut impl FnMut() -> Pos,
+        step: usize,
+    ) -> usize {
+        let grads = grads.unwrap_or_default();
+        for &(size, stream, frames) in grads {
+            self.allocs.push(added(
+                slot(),
+                size,
+                stream,
+                frames,
+                Phase::Backward,
+                Category::Gradient,
+                step,
+            ));
+        }
+        grads.len()
+    }
+
     fn finish_step(&mut self, step: usize, slot: &mut impl FnMut() -> Pos, ext: &mut Extension) {
         let params: Vec<(u64, u64, StackId)> = self
             .allocs
@@ -470,21 +483,8 @@ impl Plan {
         for (j, &k) in saved.iter().enumerate() {
             // Gradients spread over the backward in proportion.
             let upto = missing.len() * (j + 1) / n_saved;
-            while gi < upto {
-                if let Some(&(size, st, frames)) = missing.get(gi) {
-                    self.allocs.push(added(
-                        slot(),
-                        size,
-                        st,
-                        frames,
-                        Phase::Backward,
-                        Category::Gradient,
-                        step,
-                    ));
-                    ext.gradients += 1;
-                }
-                gi += 1;
-            }
+            ext.gradients += self.push_gradients(missing.get(gi..upto), slot, step);
+            gi = gi.max(upto);
             let Some(&PlanAlloc { size, frames, .. }) = self.allocs.get(k) else {
                 continue;
             };
@@ -511,21 +511,7 @@ impl Plan {
         if let Some(prev) = flow.and_then(|f| self.allocs.get_mut(f)) {
             prev.free = Some(p);
         }
-        while gi < missing.len() {
-            if let Some(&(size, st, frames)) = missing.get(gi) {
-                self.allocs.push(added(
-                    slot(),
-                    size,
-                    st,
-                    frames,
-                    Phase::Backward,
-                    Category::Gradient,
-                    step,
-                ));
-                ext.gradients += 1;
-            }
-            gi += 1;
-        }
+        ext.gradients += self.push_gradients(missing.get(gi..), slot, step);
         // Optimizer step.
         let has_state = self
             .allocs
@@ -583,6 +569,16 @@ impl Plan {
 }
 
 /// An allocation of the extrapolated continuation, live until freed.
+/// Positions for inserted events after position `end`: one entry slot each, in order.
+fn slots_after(end: Pos) -> impl FnMut() -> Pos {
+    let mut next: Pos = (end / SLOT + 1).saturating_mul(SLOT).saturating_add(MID);
+    move || {
+        let p = next;
+        next = next.saturating_add(SLOT);
+        p
+    }
+}
+
 fn added(
     at: Pos,
     size: u64,
