@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "system packages (PostgreSQL for the server tests)"
+./scripts/deps.sh
+
 step "toolchain components"
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
   rustup component add rustfmt clippy

@@ -2,10 +2,16 @@
 //!
 //! Exit codes: 0 success; 2 misuse or bad input (a file that is not a snapshot or an OOM log, a
 //! hostile pickle, an unreadable path) — one line on stderr naming the file and what is wrong;
-//! 1 anything else. A closed stdout (`oomlens analyze … | head`) is not an error.
+//! 1 anything else, and a CI gate that failed (`oomlens upload`). A closed stdout (`oomlens analyze … | head`) is not an error.
 
+mod api;
+mod blob;
 mod cli;
+mod db;
+mod ingest;
+mod pg;
 mod telemetry;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -22,6 +28,7 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(cli::Failure::BrokenPipe) => ExitCode::SUCCESS,
+        Err(cli::Failure::GateFailed) => ExitCode::from(1),
         Err(cli::Failure::Internal(e)) => {
             eprintln!("oomlens: error: {e:#}");
             ExitCode::from(1)

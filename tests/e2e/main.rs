@@ -1,5 +1,8 @@
 //! End-to-end tests: the real `oomlens` binary on real files. One binary, modules by area.
 
+mod admin;
 mod cli_analyze;
 mod cli_replay;
+mod cli_upload;
 mod cli_whatif;
+mod server_api;

@@ -69,3 +69,5 @@ pub fn json_of(args: &[&str]) -> serde_json::Value {
         Err(e) => panic!("oomlens {args:?}: stdout is not one JSON document: {e}"),
     }
 }
+
+pub mod server;

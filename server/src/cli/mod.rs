@@ -1,11 +1,15 @@
 //! The command line: clap definitions (what the user typed, validated without IO) and dispatch.
 
+mod admin;
 mod analyze;
 mod replay;
+mod serve;
 mod snapshot_input;
+mod upload;
 mod whatif;
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -78,6 +82,153 @@ pub enum Command {
         #[arg(long, value_name = "OUT")]
         export_snapshot: Option<PathBuf>,
     },
+    /// Run the server: the REST API (`/api/v1`, documented at `/api/v1/docs`) and the analysis
+    /// workers, on PostgreSQL (`DATABASE_URL`, or a private cluster in the data directory).
+    Serve(ServeArgs),
+    /// Manage teams and API tokens (works whether the server is running or not).
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+    /// Upload a snapshot (or an OOM log: its analysis comes back at once) to an oomlens server
+    /// from CI, wait for its analysis and gate on it: exit 0 when the peak fits, 1 when it does
+    /// not (or grew past the baseline, or the log shows an OOM and a gate was asked), 2 on errors.
+    Upload(UploadArgs),
+}
+
+/// Where the database is: `DATABASE_URL`, or the embedded cluster in the data directory.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DbArgs {
+    /// The data directory: the embedded PostgreSQL cluster (when `DATABASE_URL` is not set) and
+    /// the local blob store.
+    #[arg(long, value_name = "DIR", default_value = "oomlens-data")]
+    pub data_dir: PathBuf,
+    /// A PostgreSQL URL; without it, a private cluster in the data directory is used, started
+    /// from the system's PostgreSQL binaries and listening on a Unix socket only.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+/// `oomlens serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Where snapshot bytes are kept: `file:///PATH` or `s3://BUCKET/PREFIX` (credentials and
+    /// endpoint from the usual `AWS_*` variables). Default: `DATA_DIR/blobs`.
+    #[arg(long, value_name = "URL", env = "OOMLENS_BLOB_STORE")]
+    pub blob_store: Option<String>,
+    /// The URL clients reach this server at, for the links in answers. Default: from the
+    /// request's `Host` header.
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
+    /// Largest upload accepted (bytes or a binary unit).
+    #[arg(long, value_parser = parse_size, default_value = "2GiB")]
+    pub max_upload: u64,
+    /// Largest snapshot accepted once unpacked (gzip): what stops a gzip bomb.
+    #[arg(long, value_parser = parse_size, default_value = "16GiB")]
+    pub max_unpacked: u64,
+    /// Analysis workers in this process (0: none, another server or process does the work).
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// How long a job's lease lasts without a heartbeat before another worker may take it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub lease_secs: u64,
+    /// Requests taking longer than this are answered 408.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub request_timeout_secs: u64,
+}
+
+/// `oomlens admin …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AdminCommand {
+    /// Create an API token for a team (the team is created if needed). The token is printed as
+    /// the last line of stdout; only its hash is stored.
+    CreateToken {
+        /// The team.
+        #[arg(long)]
+        team: String,
+        /// A label for the token (what it is for: `ci`, a person's name).
+        #[arg(long)]
+        name: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// List the tokens (never the secrets): id, team, label, prefix, created, last used, revoked.
+    ListTokens {
+        /// Only this team's tokens.
+        #[arg(long)]
+        team: Option<String>,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Revoke a token by its id (from `list-tokens`); requests with it get 401 from then on.
+    RevokeToken {
+        /// The token's id.
+        id: i64,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+/// `oomlens upload`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UploadArgs {
+    /// The snapshot (pickle, pickle.gz or JSON) or OOM log (text) to upload.
+    pub file: PathBuf,
+    /// The oomlens server, e.g. `https://oomlens.example.com`.
+    #[arg(long, env = "OOMLENS_SERVER")]
+    pub server: String,
+    /// An API token (`oomlens admin create-token`).
+    #[arg(long, env = "OOMLENS_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Gate: the run must not run out of memory on a card (per-process limit) of this size.
+    #[arg(long, value_parser = parse_size)]
+    pub capacity: Option<u64>,
+    /// Gate: the peak reserved memory must stay at or under this.
+    #[arg(long, value_parser = parse_size)]
+    pub budget: Option<u64>,
+    /// Gate: compare with an earlier upload (its id, or `latest`: the newest earlier upload of
+    /// the same name) and fail when the peak grew by more than `--threshold`.
+    #[arg(long, value_name = "ID|latest")]
+    pub baseline: Option<String>,
+    /// Growth of the peak over the baseline that counts as a regression, in percent (0 or more;
+    /// 0: any growth fails).
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 5.0,
+        allow_negative_numbers = true,
+        value_parser = upload::parse_threshold
+    )]
+    pub threshold: f64,
+    /// The upload's name (default: the file name); baselines are matched by it.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A label, repeatable.
+    #[arg(long = "label")]
+    pub labels: Vec<String>,
+    /// Run metadata: the commit.
+    #[arg(long, env = "GITHUB_SHA")]
+    pub commit: Option<String>,
+    /// Run metadata: the CI job's URL.
+    #[arg(long, env = "OOMLENS_JOB_URL")]
+    pub job_url: Option<String>,
+    /// Run metadata: the GPU's name.
+    #[arg(long)]
+    pub gpu_name: Option<String>,
+    /// Wait for the analysis and print the verdict (implied by --capacity, --budget, --baseline).
+    #[arg(long)]
+    pub wait: bool,
+    /// Give up waiting after this many seconds (exit 2).
+    #[arg(long, value_name = "SECONDS", default_value_t = 1800)]
+    pub timeout_secs: u64,
+    /// Print the verdict as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// A size argument: bytes, or a number with a binary unit.
@@ -99,6 +250,8 @@ pub enum Failure {
     BadInput(String),
     /// stdout was closed by the reader.
     BrokenPipe,
+    /// A CI gate said no (`oomlens upload`): exit code 1; the verdict was already printed.
+    GateFailed,
     /// Anything else.
     Internal(anyhow::Error),
 }
@@ -145,6 +298,9 @@ pub fn run(command: Command) -> Result<(), Failure> {
             json,
             export_snapshot,
         }),
+        Command::Serve(args) => serve::run(args),
+        Command::Admin { command } => admin::run(command),
+        Command::Upload(args) => upload::run(args),
     }
 }
 

@@ -2,48 +2,40 @@
 //! commands that need a snapshot and nothing else (`replay`, `whatif`), and writing one
 //! (`--export-snapshot`).
 
-use std::fs::File;
 use std::io::{Read, Write as _};
 use std::path::{Path, PathBuf};
 
-use oomlens_engine::snapshot::{
-    ReadOptions, Snapshot, WriteOptions, read_snapshot, read_snapshot_parallel, write_snapshot,
-};
+use oomlens_engine::snapshot::{Snapshot, WriteOptions, write_snapshot};
 
 use super::Failure;
+use crate::ingest::{Input, Limits, read_snapshot_input};
 
-/// The display name of `path` (`<stdin>` for `-`).
-pub fn display_name(path: &Path) -> String {
-    if path.as_os_str() == "-" {
-        "<stdin>".to_string()
-    } else {
-        path.display().to_string()
-    }
-}
+pub use crate::ingest::display_name;
 
-/// Reads the snapshot at `path`; every failure is bad input naming the file.
-pub fn read(path: &Path) -> Result<Snapshot, Failure> {
+/// The input named on the command line: a file, or standard input read whole for `-`.
+/// `expected` completes "is a directory, expected …".
+pub fn open_input(path: &Path, expected: &str) -> Result<Input, Failure> {
     let name = display_name(path);
-    let opts = ReadOptions::default();
-    let t0 = std::time::Instant::now();
-    let snapshot = if path.as_os_str() == "-" {
+    if path.as_os_str() == "-" {
         let mut buf = Vec::new();
         std::io::stdin()
             .read_to_end(&mut buf)
             .map_err(|e| Failure::BadInput(format!("{name}: {e}")))?;
-        read_snapshot(buf.as_slice(), &opts)
-    } else {
-        if path.is_dir() {
-            return Err(Failure::BadInput(format!(
-                "{name}: is a directory, expected a snapshot file"
-            )));
-        }
-        let f = File::open(path).map_err(|e| Failure::BadInput(format!("{name}: {e}")))?;
-        read_snapshot_parallel(f, &opts)
-    };
-    let snapshot = snapshot.map_err(|e| Failure::BadInput(format!("{name}: {e}")))?;
-    tracing::info!(elapsed = ?t0.elapsed(), "snapshot read");
-    Ok(snapshot)
+        return Ok(Input::Bytes(buf));
+    }
+    if path.is_dir() {
+        return Err(Failure::BadInput(format!(
+            "{name}: is a directory, expected {expected}"
+        )));
+    }
+    Ok(Input::File(path.to_path_buf()))
+}
+
+/// Reads the snapshot at `path`; every failure is bad input naming the file.
+pub fn read(path: &Path) -> Result<Snapshot, Failure> {
+    let input = open_input(path, "a snapshot file")?;
+    read_snapshot_input(&input, &Limits::default())
+        .map_err(|e| Failure::BadInput(format!("{}: {e}", display_name(path))))
 }
 
 /// Writes `snapshot` to `out` as a protocol-4 pickle (gzip when `out` ends in `.gz`), through a

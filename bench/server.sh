@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Server benchmark: a release `oomlens serve` on its embedded PostgreSQL, driven with curl.
+# Measures, on the large corpus snapshot: upload (stream + reader check + store), time until
+# the analysis is stored, an idempotent re-upload, what-if (computed, then stored); and the
+# server's peak RSS while a large junk upload (1 GiB by default) streams through it, against the
+# upload's size — the server must not hold the upload in memory.
+#
+#   bench/server.sh [SNAPSHOT] [JUNK_MIB]
+# Writes a markdown table to stdout. Needs the release binary (built here) and curl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FILE=${1:-/work/shared/corpus/large/gpt__baseline__long400.pickle.gz}
+JUNK_MIB=${2:-1024}
+TARGET=${CARGO_TARGET_DIR:-target}
+cargo build --release --locked -q -p oomlens
+BIN=$TARGET/release/oomlens
+
+DIR=$(mktemp -d /tmp/oomlens-bench-XXXX)
+chmod 755 "$DIR"
+trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR"' EXIT
+$BIN serve --addr 127.0.0.1:0 --data-dir "$DIR" --max-upload 4GiB >"$DIR/out" 2>"$DIR/log" &
+PID=$!
+for _ in $(seq 300); do grep -q "listening on" "$DIR/out" 2>/dev/null && break; sleep 0.1; done
+BASE=$(sed -n 's/^oomlens: listening on \([^ ]*\).*/\1/p' "$DIR/out")
+TOKEN=$($BIN admin create-token --team bench --name bench --data-dir "$DIR" | tail -1)
+AUTH="Authorization: Bearer $TOKEN"
+hwm() { awk '/VmHWM/ {print $2}' "/proc/$PID/status"; }   # KiB
+now() { date +%s.%N; }
+ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", (b - a) * 1000 }'; }
+
+size=$(stat -c %s "$FILE")
+t0=$(now)
+id=$(curl -sf -H "$AUTH" -H 'Content-Type: application/octet-stream' --data-binary @"$FILE" \
+  "$BASE/api/v1/snapshots?name=bench" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+t1=$(now)
+while :; do
+  st=$(curl -sf -H "$AUTH" "$BASE/api/v1/snapshots/$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])')
+  [ "$st" != pending ] && break
+  sleep 0.05
+done
+t2=$(now)
+curl -sf -o /dev/null -H "$AUTH" --data-binary @"$FILE" "$BASE/api/v1/snapshots?name=bench"
+t3=$(now)
+Q='{"capacity_bytes": 10737418240}'
+curl -sf -o /dev/null -H "$AUTH" -H 'Content-Type: application/json' -d "$Q" "$BASE/api/v1/snapshots/$id/whatif"
+t4=$(now)
+curl -sf -o /dev/null -H "$AUTH" -H 'Content-Type: application/json' -d "$Q" "$BASE/api/v1/snapshots/$id/whatif"
+t5=$(now)
+hwm_after_large=$(hwm)
+
+# A large upload that is not a snapshot: streamed to disk and hashed, then refused (422).
+JUNK=$DIR/junk.bin
+head -c $((JUNK_MIB << 20)) /dev/zero | tr '\0' 'j' >"$JUNK"
+t6=$(now)
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "$AUTH" -H 'Content-Type: application/octet-stream' \
+  -X POST -T "$JUNK" "$BASE/api/v1/snapshots?name=junk")
+t7=$(now)
+hwm_after_junk=$(hwm)
+
+echo "| step | result |"
+echo "|---|---:|"
+echo "| upload $(basename "$FILE") ($(awk -v s=$size 'BEGIN{printf "%.1f", s/1048576}') MiB): stream, reader check, store | $(ms $t0 $t1) ms |"
+echo "| … then until \`status\` is \`$st\` (worker: read + analysis + store) | $(ms $t1 $t2) ms |"
+echo "| re-upload of the same bytes (same id) | $(ms $t2 $t3) ms |"
+echo "| what-if, standard set of 9 remedies at 10 GiB (computed) | $(ms $t3 $t4) ms |"
+echo "| the same what-if again (stored answer) | $(ms $t4 $t5) ms |"
+echo "| server peak RSS after the above | $((hwm_after_large / 1024)) MiB |"
+echo "| upload of ${JUNK_MIB} MiB that is no snapshot (HTTP $code) | $(ms $t6 $t7) ms |"
+echo "| server peak RSS after it | $((hwm_after_junk / 1024)) MiB |"

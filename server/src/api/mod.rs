@@ -1,0 +1,127 @@
+//! The HTTP interface: the REST API under `/api/v1` (bearer tokens, every object scoped by team),
+//! its OpenAPI document and docs page, `/health` and `/metrics`. Handlers validate, call the
+//! database and blob store, and leave analysis to the workers.
+
+mod auth;
+mod error;
+mod oom_logs;
+pub mod openapi;
+mod ops;
+mod replays;
+mod snapshots;
+mod upload;
+mod whatif;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+use tokio::sync::Semaphore;
+
+use crate::blob::BlobStore;
+use crate::ingest::Limits;
+
+pub use error::ApiError;
+
+/// Everything a handler needs; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+/// The shared parts of [`AppState`].
+pub struct Inner {
+    /// Database.
+    pub pool: PgPool,
+    /// Snapshot bytes.
+    pub blobs: Arc<dyn BlobStore>,
+    /// Reader limits.
+    pub limits: Limits,
+    /// Largest upload.
+    pub max_upload: u64,
+    /// Where uploads are spooled before they are checked and stored.
+    pub scratch: PathBuf,
+    /// The URL clients reach us at, if configured.
+    pub public_url: Option<String>,
+    /// Bounds concurrent CPU-heavy work in requests (reading uploads, what-if replays).
+    pub heavy: Semaphore,
+    /// Prometheus exporter.
+    pub metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// Wraps the parts.
+    pub fn new(inner: Inner) -> AppState {
+        AppState {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The parts.
+    pub fn get(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// The absolute URL of `path` (which starts with `/`), from `--public-url` or the request's
+    /// `Host`.
+    pub fn url(&self, headers: &HeaderMap, path: &str) -> String {
+        if let Some(base) = &self.inner.public_url {
+            return format!("{}{path}", base.trim_end_matches('/'));
+        }
+        let host = headers
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("localhost");
+        let scheme = headers
+            .get("x-forwarded-proto")
+            .and_then(|h| h.to_str().ok())
+            .filter(|s| *s == "https")
+            .unwrap_or("http");
+        format!("{scheme}://{host}{path}")
+    }
+}
+
+/// The whole application.
+pub fn router(state: AppState, request_timeout: Duration) -> Router {
+    let max_upload = usize::try_from(state.get().max_upload).unwrap_or(usize::MAX);
+    let api = Router::new()
+        .route(
+            "/snapshots",
+            post(upload::create_snapshot)
+                .layer(DefaultBodyLimit::max(max_upload.saturating_add(1 << 20)))
+                .get(snapshots::list),
+        )
+        .route("/snapshots/{id}", get(snapshots::get_one))
+        .route("/snapshots/{id}/whatif", post(whatif::ask))
+        .route("/snapshots/{id}/replays", post(replays::create))
+        .route("/replays/{id}", get(replays::get_one))
+        .route(
+            "/oom-logs",
+            post(oom_logs::create)
+                .layer(DefaultBodyLimit::max(oom_logs::MAX_BYTES + (1 << 20)))
+                .get(oom_logs::list),
+        )
+        .route("/oom-logs/{id}", get(oom_logs::get_one))
+        .route("/openapi.json", get(openapi::document))
+        .route("/docs", get(openapi::docs_page))
+        .fallback(error::not_found);
+    Router::new()
+        .route("/", get(ops::index))
+        .route("/health", get(ops::health))
+        .route("/metrics", get(ops::metrics))
+        .nest("/api/v1", api)
+        .fallback(error::not_found)
+        .layer(axum::middleware::from_fn(ops::track))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            request_timeout,
+        ))
+        .with_state(state)
+}

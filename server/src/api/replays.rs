@@ -1,0 +1,177 @@
+//! `POST /api/v1/snapshots/{id}/replays` queues a replay on a real GPU (a `gpu_replay` job that
+//! runners lease); `GET /api/v1/replays/{id}` its status and, once a runner answered, its result.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+use super::auth::Caller;
+use super::snapshots::parse_id;
+use super::{ApiError, AppState};
+use crate::db::replays::{self, NewReplay, ReplayRow};
+use crate::db::snapshots;
+use oomlens_engine::allocator::AllocatorConfig;
+use oomlens_engine::remedies;
+
+/// What to replay.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// Per-process limit, bytes.
+    pub capacity_bytes: u64,
+    /// Emulate a card of this size (the runner takes the rest of the GPU as ballast).
+    pub device_memory_bytes: Option<u64>,
+    /// Allocator settings, as `PYTORCH_CUDA_ALLOC_CONF` takes them.
+    pub alloc_conf: Option<String>,
+    /// Remedies to replay (see what-if).
+    #[serde(default)]
+    pub remedies: Vec<String>,
+}
+
+/// A replay request and its result.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReplayView {
+    /// Id.
+    pub id: Uuid,
+    /// The snapshot.
+    pub snapshot_id: Uuid,
+    /// Per-process limit.
+    pub capacity_bytes: i64,
+    /// Emulated card size.
+    pub device_memory_bytes: Option<i64>,
+    /// Allocator settings.
+    pub alloc_conf: Option<String>,
+    /// Remedies.
+    pub remedies: Vec<String>,
+    /// `queued` (waiting for a GPU runner), `running`, `done` or `failed`.
+    pub status: String,
+    /// The runner's result (the JSON of `oomlens-runner replay --json`).
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Box<RawValue>>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Asked at.
+    pub created_at: DateTime<Utc>,
+    /// Answered at.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// This replay's URL.
+    pub url: String,
+}
+
+fn view(state: &AppState, headers: &HeaderMap, r: ReplayRow) -> Result<ReplayView, ApiError> {
+    let result = r
+        .result
+        .map(RawValue::from_string)
+        .transpose()
+        .map_err(|e| ApiError::internal("stored replay result is not JSON", &e))?;
+    Ok(ReplayView {
+        url: state.url(headers, &format!("/api/v1/replays/{}", r.id)),
+        id: r.id,
+        snapshot_id: r.snapshot_id,
+        capacity_bytes: r.capacity_bytes,
+        device_memory_bytes: r.device_memory_bytes,
+        alloc_conf: r.alloc_conf,
+        remedies: r.remedies,
+        status: r.status,
+        result,
+        error: r.error,
+        created_at: r.created_at,
+        finished_at: r.finished_at,
+    })
+}
+
+/// Queue a GPU replay.
+///
+/// A GPU runner (`oomlens-runner work`) leases it, replays the trace on a real GPU under the
+/// capacity, and posts the result. Until a runner is connected, it stays `queued`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/snapshots/{id}/replays",
+    tag = "replays",
+    params(("id" = String, Path, description = "Snapshot id")),
+    request_body = ReplayRequest,
+    responses(
+        (status = 202, description = "Queued", body = ReplayView),
+        (status = 400, description = "Malformed request", body = super::error::ErrorBody),
+        (status = 401, description = "No valid token", body = super::error::ErrorBody),
+        (status = 404, description = "No such snapshot in your team", body = super::error::ErrorBody),
+        (status = 422, description = "Bad allocator settings or remedy", body = super::error::ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    Caller(team): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<ReplayView>), ApiError> {
+    let id = parse_id("snapshot", &id)?;
+    let req: ReplayRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("replay request: {e}")))?;
+    if req.capacity_bytes == 0 {
+        return Err(ApiError::Unprocessable(
+            "capacity_bytes: must be more than 0".into(),
+        ));
+    }
+    if req.device_memory_bytes == Some(0) {
+        return Err(ApiError::Unprocessable(
+            "device_memory_bytes: must be more than 0".into(),
+        ));
+    }
+    if let Some(conf) = &req.alloc_conf {
+        AllocatorConfig::parse(conf)
+            .map_err(|e| ApiError::Unprocessable(format!("alloc_conf: {e}")))?;
+    }
+    for s in &req.remedies {
+        remedies::parse_spec(s)
+            .map_err(|e| ApiError::Unprocessable(format!("remedies: `{s}`: {e}")))?;
+    }
+    let pool = &state.get().pool;
+    snapshots::get(pool, team.id, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no snapshot {id}")))?;
+    let row = replays::create(
+        pool,
+        &NewReplay {
+            team_id: team.id,
+            snapshot_id: id,
+            capacity_bytes: req.capacity_bytes,
+            device_memory_bytes: req.device_memory_bytes,
+            alloc_conf: req.alloc_conf,
+            remedies: req.remedies,
+        },
+    )
+    .await?;
+    Ok((StatusCode::ACCEPTED, Json(view(&state, &headers, row)?)))
+}
+
+/// A GPU replay's status and result.
+#[utoipa::path(
+    get,
+    path = "/api/v1/replays/{id}",
+    tag = "replays",
+    params(("id" = String, Path, description = "Replay id")),
+    responses(
+        (status = 200, description = "The replay", body = ReplayView),
+        (status = 401, description = "No valid token", body = super::error::ErrorBody),
+        (status = 404, description = "No such replay in your team", body = super::error::ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_one(
+    State(state): State<AppState>,
+    Caller(team): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<ReplayView>, ApiError> {
+    let id = parse_id("replay", &id)?;
+    let row = replays::get(&state.get().pool, team.id, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no replay {id}")))?;
+    Ok(Json(view(&state, &headers, row)?))
+}
