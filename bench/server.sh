@@ -29,6 +29,7 @@ now() { date +%s.%N; }
 ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", (b - a) * 1000 }'; }
 
 size=$(stat -c %s "$FILE")
+hwm_start=$(hwm)
 t0=$(now)
 id=$(curl -sf -H "$AUTH" -H 'Content-Type: application/octet-stream' --data-binary @"$FILE" \
   "$BASE/api/v1/snapshots?name=bench" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
@@ -64,6 +65,7 @@ echo "| … then until \`status\` is \`$st\` (worker: read + analysis + store) |
 echo "| re-upload of the same bytes (same id) | $(ms $t2 $t3) ms |"
 echo "| what-if, standard set of 9 remedies at 10 GiB (computed) | $(ms $t3 $t4) ms |"
 echo "| the same what-if again (stored answer) | $(ms $t4 $t5) ms |"
+echo "| server peak RSS at start | $((hwm_start / 1024)) MiB |"
 echo "| server peak RSS after the above | $((hwm_after_large / 1024)) MiB |"
 echo "| upload of ${JUNK_MIB} MiB that is no snapshot (HTTP $code) | $(ms $t6 $t7) ms |"
 echo "| server peak RSS after it | $((hwm_after_junk / 1024)) MiB |"

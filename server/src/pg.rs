@@ -56,38 +56,84 @@ const DROP_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_SOCKET_PATH: usize = 107;
 
 /// Why the embedded cluster could not be set up, started or stopped. Each message is one line.
-#[derive(Debug)]
+///
+/// Where there is a cause (`Io`, `Sql`), the message already ends with it, so it is deliberately
+/// not also returned by `source()`: `main` prints errors with `{:#}`, which appends every source,
+/// and the cause would then appear twice.
+#[derive(Debug, thiserror::Error)]
 pub enum PgError {
     /// No `initdb` + `postgres` pair was found.
+    #[error(
+        "PostgreSQL binaries not found (looked in {looked_in}): install Debian's \
+         `postgresql` package (apt-get install postgresql), or set DATABASE_URL"
+    )]
     BinariesNotFound {
         /// Where we looked, for the message.
         looked_in: String,
     },
     /// We are root and there is no `postgres` system user to run the cluster as.
+    #[error(
+        "running as root, but there is no `postgres` system user to run the embedded \
+         PostgreSQL as (PostgreSQL refuses to run as root): install Debian's `postgresql` \
+         package, run oomlens as another user, or set DATABASE_URL"
+    )]
     NoPostgresUser,
     /// A directory above the cluster is not traversable by the `postgres` user.
+    #[error(
+        "{} is not accessible to the `postgres` user that the embedded PostgreSQL runs as \
+         (PostgreSQL refuses to run as root): choose a --data-dir outside it or chmod o+x it",
+        dir.display()
+    )]
     NotAccessible {
         /// The directory.
         dir: PathBuf,
     },
+    /// The cluster directory belongs to another user than the one PostgreSQL would run as (set up
+    /// by oomlens running as root, then used as a normal user, or the other way round).
+    #[error(
+        "{} belongs to user {owner}, but the embedded PostgreSQL would run as {runner} (it runs \
+         as `postgres` when oomlens runs as root): run oomlens as the user that set up this data \
+         directory (with sudo if it belongs to `postgres`), or choose another --data-dir",
+        dir.display()
+    )]
+    WrongOwner {
+        /// The cluster directory.
+        dir: PathBuf,
+        /// Its owner's name (or uid).
+        owner: String,
+        /// Who PostgreSQL would run as.
+        runner: String,
+    },
     /// The socket path would be longer than Linux allows.
+    #[error(
+        "the embedded PostgreSQL's socket path {} is longer than the {MAX_SOCKET_PATH} \
+         bytes Linux allows: choose a shorter --data-dir",
+        path.display()
+    )]
     SocketPathTooLong {
         /// The socket's path.
         path: PathBuf,
     },
     /// A file-system or process operation failed.
+    #[error("{context}: {cause}")]
     Io {
         /// What we were doing.
         context: String,
-        /// The cause.
-        source: io::Error,
+        /// The cause (in the message; not a `source()`, see the type's doc).
+        cause: io::Error,
     },
     /// `initdb` failed.
+    #[error("initdb failed: {detail}")]
     Initdb {
         /// Its exit status and the end of its output.
         detail: String,
     },
     /// Another postmaster is running on this data directory and we cannot connect to it.
+    #[error(
+        "another PostgreSQL server is already running on {} (without a usable `oomlens` \
+         database, or still starting): stop it first; server.log ends: {log_tail}",
+        dir.display()
+    )]
     AlreadyRunning {
         /// The data directory.
         dir: PathBuf,
@@ -95,6 +141,9 @@ pub enum PgError {
         log_tail: String,
     },
     /// The postmaster exited before accepting connections.
+    #[error(
+        "the embedded PostgreSQL exited during start-up ({status}); server.log ends: {log_tail}"
+    )]
     Exited {
         /// Its exit status.
         status: String,
@@ -102,77 +151,24 @@ pub enum PgError {
         log_tail: String,
     },
     /// The postmaster did not accept connections in time.
+    #[error(
+        "the embedded PostgreSQL did not accept connections within {} s; server.log ends: \
+         {log_tail}",
+        START_TIMEOUT.as_secs()
+    )]
     Timeout {
         /// The end of `server.log`.
         log_tail: String,
     },
     /// A query against the fresh cluster (creating the `oomlens` database) failed.
+    #[error("setting up the embedded PostgreSQL: {0}")]
     Sql(sqlx::Error),
-}
-
-impl fmt::Display for PgError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PgError::BinariesNotFound { looked_in } => write!(
-                f,
-                "PostgreSQL binaries not found (looked in {looked_in}): install Debian's \
-                 `postgresql` package (apt-get install postgresql), or set DATABASE_URL"
-            ),
-            PgError::NoPostgresUser => write!(
-                f,
-                "running as root, but there is no `postgres` system user to run the embedded \
-                 PostgreSQL as (PostgreSQL refuses to run as root): install Debian's `postgresql` \
-                 package, run oomlens as another user, or set DATABASE_URL"
-            ),
-            PgError::NotAccessible { dir } => write!(
-                f,
-                "{} is not accessible to the `postgres` user that the embedded PostgreSQL runs as \
-                 (PostgreSQL refuses to run as root): choose a --data-dir outside it or chmod o+x it",
-                dir.display()
-            ),
-            PgError::SocketPathTooLong { path } => write!(
-                f,
-                "the embedded PostgreSQL's socket path {} is longer than the {MAX_SOCKET_PATH} \
-                 bytes Linux allows: choose a shorter --data-dir",
-                path.display()
-            ),
-            PgError::Io { context, source } => write!(f, "{context}: {source}"),
-            PgError::Initdb { detail } => write!(f, "initdb failed: {detail}"),
-            PgError::AlreadyRunning { dir, log_tail } => write!(
-                f,
-                "another PostgreSQL server is already running on {} (without a usable `oomlens` \
-                 database, or still starting): stop it first; server.log ends: {log_tail}",
-                dir.display()
-            ),
-            PgError::Exited { status, log_tail } => write!(
-                f,
-                "the embedded PostgreSQL exited during start-up ({status}); server.log ends: {log_tail}"
-            ),
-            PgError::Timeout { log_tail } => write!(
-                f,
-                "the embedded PostgreSQL did not accept connections within {} s; server.log ends: \
-                 {log_tail}",
-                START_TIMEOUT.as_secs()
-            ),
-            PgError::Sql(e) => write!(f, "setting up the embedded PostgreSQL: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for PgError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PgError::Io { source, .. } => Some(source),
-            PgError::Sql(e) => Some(e),
-            _ => None,
-        }
-    }
 }
 
 /// Wraps an `io::Error` with what we were doing.
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> PgError {
     let context = context.into();
-    move |source| PgError::Io { context, source }
+    move |cause| PgError::Io { context, cause }
 }
 
 /// The PostgreSQL binaries to run.
@@ -294,6 +290,32 @@ fn check_ancestors(dir: &Path, user: &RunAs) -> Result<(), PgError> {
         }
     }
     Ok(())
+}
+
+/// Fails when the cluster directory exists and belongs to another user than the one PostgreSQL
+/// runs as (it could not read it, or would refuse it). A directory owned by root while we are root
+/// is left to `initdb`, which gives it to `postgres` (a first start that stopped half-way).
+fn check_owner(dir: &Path, user: Option<&RunAs>) -> Result<(), PgError> {
+    let meta = match fs::metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(format!("reading {}", dir.display()))(e)),
+    };
+    let runner = user.map_or_else(nix::unistd::geteuid, |u| u.uid);
+    if meta.uid() == runner.as_raw() || (user.is_some() && meta.uid() == 0) {
+        return Ok(());
+    }
+    let name = |uid: Uid| {
+        User::from_uid(uid)
+            .ok()
+            .flatten()
+            .map_or_else(|| format!("uid {uid}"), |u| format!("`{}`", u.name))
+    };
+    Err(PgError::WrongOwner {
+        dir: dir.to_path_buf(),
+        owner: name(Uid::from_raw(meta.uid())),
+        runner: name(runner),
+    })
 }
 
 /// `chown -R` without following symbolic links.
@@ -466,6 +488,7 @@ impl EmbeddedPostgres {
         if let Some(user) = &user {
             check_ancestors(&dir, user)?;
         }
+        check_owner(&dir, user.as_ref())?;
         if !dir.join("PG_VERSION").exists() {
             initdb(&bins, &dir, user.as_ref())?;
         }
@@ -613,7 +636,7 @@ impl EmbeddedPostgres {
         }
         Err(PgError::Io {
             context: format!("stopping the postmaster (pid {pid})"),
-            source: io::Error::from(io::ErrorKind::TimedOut),
+            cause: io::Error::from(io::ErrorKind::TimedOut),
         })
     }
 }
@@ -809,6 +832,115 @@ mod tests {
         assert!(msg.contains("apt-get install postgresql"), "{msg}");
         assert!(msg.contains("DATABASE_URL"), "{msg}");
         assert!(!msg.contains('\n'), "{msg}");
+    }
+
+    #[test]
+    fn messages_are_one_line_and_unchanged() {
+        let sql = sqlx::Error::PoolTimedOut;
+        let sql_text = sql.to_string();
+        let cases = [
+            (
+                PgError::BinariesNotFound {
+                    looked_in: "X".into(),
+                },
+                "PostgreSQL binaries not found (looked in X): install Debian's `postgresql` \
+                 package (apt-get install postgresql), or set DATABASE_URL"
+                    .to_owned(),
+            ),
+            (
+                PgError::NoPostgresUser,
+                "running as root, but there is no `postgres` system user to run the embedded \
+                 PostgreSQL as (PostgreSQL refuses to run as root): install Debian's `postgresql` \
+                 package, run oomlens as another user, or set DATABASE_URL"
+                    .to_owned(),
+            ),
+            (
+                PgError::NotAccessible {
+                    dir: PathBuf::from("/d"),
+                },
+                "/d is not accessible to the `postgres` user that the embedded PostgreSQL runs as \
+                 (PostgreSQL refuses to run as root): choose a --data-dir outside it or chmod o+x \
+                 it"
+                .to_owned(),
+            ),
+            (
+                PgError::SocketPathTooLong {
+                    path: PathBuf::from("/s"),
+                },
+                "the embedded PostgreSQL's socket path /s is longer than the 107 bytes Linux \
+                 allows: choose a shorter --data-dir"
+                    .to_owned(),
+            ),
+            (
+                PgError::Io {
+                    context: "doing".into(),
+                    cause: io::Error::other("cause"),
+                },
+                "doing: cause".to_owned(),
+            ),
+            (
+                PgError::Initdb { detail: "D".into() },
+                "initdb failed: D".to_owned(),
+            ),
+            (
+                PgError::AlreadyRunning {
+                    dir: PathBuf::from("/c"),
+                    log_tail: "L".into(),
+                },
+                "another PostgreSQL server is already running on /c (without a usable `oomlens` \
+                 database, or still starting): stop it first; server.log ends: L"
+                    .to_owned(),
+            ),
+            (
+                PgError::Exited {
+                    status: "S".into(),
+                    log_tail: "L".into(),
+                },
+                "the embedded PostgreSQL exited during start-up (S); server.log ends: L".to_owned(),
+            ),
+            (
+                PgError::Timeout {
+                    log_tail: "L".into(),
+                },
+                "the embedded PostgreSQL did not accept connections within 30 s; server.log \
+                 ends: L"
+                    .to_owned(),
+            ),
+            (
+                PgError::Sql(sql),
+                format!("setting up the embedded PostgreSQL: {sql_text}"),
+            ),
+        ];
+        for (err, want) in cases {
+            let got = err.to_string();
+            assert_eq!(got, want);
+            assert!(!got.contains('\n'), "{got}");
+            // The causes are in the message, not sources: `{:#}` (as `main` prints) adds nothing.
+            assert!(std::error::Error::source(&err).is_none(), "{got}");
+            assert_eq!(format!("{:#}", anyhow::Error::from(err)), want);
+        }
+    }
+
+    #[test]
+    fn owner_check_accepts_missing_and_own_directories_only() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert!(check_owner(&tmp.path().join("missing"), None).is_ok());
+        assert!(check_owner(tmp.path(), None).is_ok());
+        let me = nix::unistd::geteuid();
+        let other = RunAs {
+            uid: Uid::from_raw(me.as_raw() + 4242),
+            gid: Gid::from_raw(0),
+            groups: Vec::new(),
+        };
+        // As root, a root-owned directory is left to initdb to give away.
+        let result = check_owner(tmp.path(), Some(&other));
+        if me.is_root() {
+            assert!(result.is_ok());
+        } else {
+            let msg = result.expect_err("owned by someone else").to_string();
+            assert!(msg.contains("belongs to user"), "{msg}");
+            assert!(!msg.contains('\n'), "{msg}");
+        }
     }
 
     #[test]

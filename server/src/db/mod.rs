@@ -1,5 +1,9 @@
 //! PostgreSQL: opening the database (a `DATABASE_URL` or the embedded cluster) with migrations
 //! applied, and one module per table family. Every query that serves a client is scoped by team.
+//!
+//! Queries are written with `sqlx::query*` and checked at run time, not with sqlx's compile-time
+//! macros: those need a live database or a committed `.sqlx` cache for every build, and the
+//! end-to-end tests run every query against a real PostgreSQL anyway.
 
 mod connect;
 pub mod jobs;

@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
@@ -103,22 +105,7 @@ pub fn validate_name(what: &str, value: &str) -> Result<(), String> {
 
 /// Base64url (RFC 4648 §5) without padding.
 fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        // A chunk of k bytes gives k + 1 characters.
-        for i in 0..=chunk.len() {
-            let index = (n >> (18 - 6 * i)) & 0x3f;
-            out.push(char::from(ALPHABET[index as usize]));
-        }
-    }
-    out
+    URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// A token from 32 random bytes.
