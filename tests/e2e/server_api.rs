@@ -144,6 +144,15 @@ fn upload_analysis_idempotence_listing_whatif_and_logs() {
         .send()
         .expect("bad filter");
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let why = r.json::<Value>().expect("a JSON error")["error"].to_string();
+    assert!(why.contains("bogus"), "{why}");
+    // Empty values, as an HTML form sends them, are absent.
+    assert_eq!(
+        list("?name=&label=&status=&limit=&cursor=")["items"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
 
     // What-if: the CLI's JSON; the second time the stored answer.
     let ask =

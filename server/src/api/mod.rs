@@ -7,6 +7,7 @@ mod error;
 mod oom_logs;
 pub mod openapi;
 mod ops;
+mod params;
 mod replays;
 mod snapshots;
 mod upload;

@@ -3,7 +3,7 @@
 //! request.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::auth::Caller;
+use super::params::{ApiQuery, empty_as_none};
 use super::snapshots::{decode_cursor, encode_cursor, page_size, parse_id};
 use super::upload::check_text;
 use super::{ApiError, AppState};
@@ -27,6 +28,7 @@ pub const MAX_BYTES: usize = 16 << 20;
 #[into_params(parameter_in = Query)]
 pub struct LogParams {
     /// A name for the log (default `oom-log`).
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub name: Option<String>,
 }
 
@@ -44,6 +46,7 @@ pub struct LogParams {
     responses(
         (status = 201, description = "Stored; the analysis", body = Object),
         (status = 200, description = "The same text was uploaded before; its analysis", body = Object),
+        (status = 400, description = "Bad parameters", body = super::error::ErrorBody),
         (status = 401, description = "No valid token", body = super::error::ErrorBody),
         (status = 413, description = "Larger than 16 MiB", body = super::error::ErrorBody),
         (status = 422, description = "No OOM message in it", body = super::error::ErrorBody),
@@ -53,7 +56,7 @@ pub struct LogParams {
 pub async fn create(
     State(state): State<AppState>,
     Caller(team): Caller,
-    Query(p): Query<LogParams>,
+    ApiQuery(p): ApiQuery<LogParams>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
@@ -169,8 +172,11 @@ pub async fn get_one(
 #[into_params(parameter_in = Query)]
 pub struct LogListParams {
     /// Page size, 1 to 200 (default 50).
+    #[serde(default, deserialize_with = "empty_as_none")]
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `next_cursor` of the previous page.
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub cursor: Option<String>,
 }
 
@@ -191,6 +197,7 @@ pub struct OomLogPage {
     params(LogListParams),
     responses(
         (status = 200, description = "A page of logs", body = OomLogPage),
+        (status = 400, description = "Bad paging", body = super::error::ErrorBody),
         (status = 401, description = "No valid token", body = super::error::ErrorBody),
     ),
     security(("bearer" = []))
@@ -198,7 +205,7 @@ pub struct OomLogPage {
 pub async fn list(
     State(state): State<AppState>,
     Caller(team): Caller,
-    Query(p): Query<LogListParams>,
+    ApiQuery(p): ApiQuery<LogListParams>,
     headers: HeaderMap,
 ) -> Result<Json<OomLogPage>, ApiError> {
     let limit = page_size(p.limit)?;

@@ -22,8 +22,10 @@ use oomlens_engine::remedies;
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
     /// Per-process limit, bytes.
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_u64)]
     pub capacity_bytes: u64,
     /// Emulate a card of this size (the runner takes the rest of the GPU as ballast).
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_u64)]
     pub device_memory_bytes: Option<u64>,
     /// Allocator settings, as `PYTORCH_CUDA_ALLOC_CONF` takes them.
     pub alloc_conf: Option<String>,
@@ -113,15 +115,17 @@ pub async fn create(
     let id = parse_id("snapshot", &id)?;
     let req: ReplayRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("replay request: {e}")))?;
-    if req.capacity_bytes == 0 {
-        return Err(ApiError::Unprocessable(
-            "capacity_bytes: must be more than 0".into(),
-        ));
+    let in_range = |v: u64| v > 0 && i64::try_from(v).is_ok();
+    if !in_range(req.capacity_bytes) {
+        return Err(ApiError::Unprocessable(format!(
+            "capacity_bytes: {} is out of range 1..=2^63-1",
+            req.capacity_bytes
+        )));
     }
-    if req.device_memory_bytes == Some(0) {
-        return Err(ApiError::Unprocessable(
-            "device_memory_bytes: must be more than 0".into(),
-        ));
+    if let Some(d) = req.device_memory_bytes.filter(|d| !in_range(*d)) {
+        return Err(ApiError::Unprocessable(format!(
+            "device_memory_bytes: {d} is out of range 1..=2^63-1"
+        )));
     }
     if let Some(conf) = &req.alloc_conf {
         AllocatorConfig::parse(conf)

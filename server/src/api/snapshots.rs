@@ -3,7 +3,7 @@
 //! `oomlens analyze --json`).
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::auth::Caller;
+use super::params::{ApiQuery, empty_as_none};
 use super::{ApiError, AppState};
 use crate::db::snapshots::{self, ListFilter, SnapshotRow};
 
@@ -52,6 +53,7 @@ pub struct SnapshotView {
     /// SHA-256 of the uploaded bytes, hex.
     pub sha256: String,
     /// `pending`, `ready` or `failed`.
+    #[schema(value_type = Status)]
     pub status: String,
     /// The reader's error when `failed`.
     pub error: Option<String>,
@@ -145,21 +147,65 @@ pub async fn get_one(
     Ok(Json(SnapshotView::of(row, url, analysis)))
 }
 
+/// A snapshot's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Queued for analysis or being analysed.
+    Pending,
+    /// Analysed.
+    Ready,
+    /// The analysis failed (`error` says why).
+    Failed,
+}
+
+impl Status {
+    /// The stored value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Ready => "ready",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+impl std::str::FromStr for Status {
+    type Err = &'static str;
+
+    fn from_str(s: &str) -> Result<Status, Self::Err> {
+        match s {
+            "pending" => Ok(Status::Pending),
+            "ready" => Ok(Status::Ready),
+            "failed" => Ok(Status::Failed),
+            _ => Err("expected pending, ready or failed"),
+        }
+    }
+}
+
 /// List filters and paging.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Only uploads with this exact name.
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub name: Option<String>,
-    /// Only `pending`, `ready` or `failed`.
-    pub status: Option<String>,
+    /// Only snapshots in this state.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    #[param(value_type = Option<Status>)]
+    pub status: Option<Status>,
     /// Only uploads with this label.
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub label: Option<String>,
     /// Only runs that hit an OOM (`true`) or did not (`false`).
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub oom: Option<bool>,
     /// Page size, 1 to 200 (default 50).
+    #[serde(default, deserialize_with = "empty_as_none")]
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// `next_cursor` of the previous page.
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub cursor: Option<String>,
 }
 
@@ -214,20 +260,13 @@ pub fn page_size(limit: Option<i64>) -> Result<i64, ApiError> {
 pub async fn list(
     State(state): State<AppState>,
     Caller(team): Caller,
-    Query(p): Query<ListParams>,
+    ApiQuery(p): ApiQuery<ListParams>,
     headers: HeaderMap,
 ) -> Result<Json<SnapshotPage>, ApiError> {
-    if let Some(s) = &p.status
-        && !matches!(s.as_str(), "pending" | "ready" | "failed")
-    {
-        return Err(ApiError::BadRequest(format!(
-            "status: `{s}` is not one of pending, ready, failed"
-        )));
-    }
     let limit = page_size(p.limit)?;
     let filter = ListFilter {
         name: p.name,
-        status: p.status,
+        status: p.status.map(|s| s.as_str().to_string()),
         label: p.label,
         oom: p.oom,
         before: p.cursor.as_deref().map(decode_cursor).transpose()?,

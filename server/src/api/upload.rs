@@ -5,7 +5,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{FromRequest, Multipart, Query, Request, State};
+use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -15,6 +15,7 @@ use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
 
 use super::auth::Caller;
+use super::params::{ApiQuery, empty_as_none};
 use super::{ApiError, AppState};
 use crate::blob;
 use crate::db::snapshots::{self, NewSnapshot, RunMeta};
@@ -26,14 +27,19 @@ use crate::ingest::{self, Input, Kind};
 pub struct UploadParams {
     /// A name for the upload (default: the multipart file name, else `snapshot`); baselines are
     /// matched by name.
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub name: Option<String>,
     /// Labels, comma-separated.
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub labels: Option<String>,
     /// Run metadata: the commit.
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub commit: Option<String>,
     /// Run metadata: the CI job's URL.
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub job_url: Option<String>,
     /// Run metadata: the GPU's name.
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub gpu_name: Option<String>,
 }
 
@@ -198,7 +204,7 @@ fn optional(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> 
 pub async fn create_snapshot(
     State(state): State<AppState>,
     Caller(team): Caller,
-    Query(mut params): Query<UploadParams>,
+    ApiQuery(mut params): ApiQuery<UploadParams>,
     request: Request,
 ) -> Result<(StatusCode, HeaderMap, Json<Created>), ApiError> {
     let headers = request.headers().clone();

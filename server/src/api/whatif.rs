@@ -19,6 +19,7 @@ use oomlens_engine::remedies;
 #[serde(deny_unknown_fields)]
 pub struct Question {
     /// The per-process limit (the card's size), bytes.
+    #[schema(minimum = 1)]
     pub capacity_bytes: u64,
     /// Remedies to try (`batch=0.5`, `amp=bf16`, `checkpoint`, `optimizer=sgd`,
     /// `alloc=<PYTORCH_CUDA_ALLOC_CONF>`, joined by `+`); omitted: the standard set.
