@@ -58,6 +58,10 @@ pub fn write(snapshot: &Snapshot, out: &Path) -> Result<(), Failure> {
     write_snapshot(snapshot, &mut w, &opts).map_err(|e| bad(&e))?;
     w.flush().map_err(|e| bad(&e))?;
     drop(w);
+    // A temporary file is private (0600); the export is an ordinary file.
+    tmp.as_file()
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(|e| bad(&e))?;
     tmp.persist(out).map_err(|e| bad(&e.error))?;
     tracing::info!(path = %out.display(), "snapshot written");
     Ok(())

@@ -110,7 +110,19 @@ pub fn capacity(w: &WhatIf, capacity: u64) -> Gate {
         ""
     };
     let best = w.remedies.iter().find(|r| r.fits);
-    let detail = if b.fits {
+    let over = b
+        .estimated_peak_reserved_bytes
+        .filter(|_| b.lower_bound)
+        .unwrap_or(b.peak_reserved_bytes)
+        > capacity;
+    let detail = if b.fits && over {
+        // Under the limit the allocator frees its cache and retries, so the run fits with less
+        // reserved than it held without a limit.
+        format!(
+            "fits under {}{by_estimate}: replayed under that limit it does not run out (peak reserved {peak} without a limit: the cache is freed and reused)",
+            Bytes(capacity)
+        )
+    } else if b.fits {
         format!(
             "peak reserved {peak} fits under {}{by_estimate}",
             Bytes(capacity)
@@ -441,6 +453,30 @@ mod tests {
         assert!(g.pass);
         assert_eq!(g.detail, "peak reserved 5.00 GiB fits under 80.00 GiB");
         assert!(g.figures["would_fit_with"].is_null());
+    }
+
+    #[test]
+    fn fitting_with_less_than_the_unlimited_peak_is_explained() {
+        let mut w = whatif_gpt_cap10();
+        w.baseline = WhatIfBaseline {
+            fits: true,
+            peak_reserved_bytes: 7 * GIB,
+            lower_bound: false,
+            estimated_peak_reserved_bytes: None,
+        };
+        let g = capacity(&w, 6 * GIB);
+        assert!(g.pass);
+        assert!(
+            g.detail
+                .starts_with("fits under 6.00 GiB: replayed under that limit"),
+            "{}",
+            g.detail
+        );
+        assert!(
+            g.detail.contains("7.00 GiB without a limit"),
+            "{}",
+            g.detail
+        );
     }
 
     #[test]
