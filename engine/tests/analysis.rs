@@ -872,3 +872,128 @@ fn analyze_speed_on_the_long_trace() {
     }
     eprintln!("analyze: {best:?} for 961,801 entries (best of 5)");
 }
+
+// ------------------------------------------------------------------------------------------------
+// Full-resolution series and the allocator's state at the OOM
+// ------------------------------------------------------------------------------------------------
+
+fn with_series(s: &Snapshot) -> (Analysis, analysis::Series) {
+    let opts = analysis::AnalyzeOptions {
+        series: true,
+        ..analysis::AnalyzeOptions::default()
+    };
+    let (a, series) = analysis::analyze_exact_with(s, &opts);
+    (a, series.expect("a series for a snapshot with a trace"))
+}
+
+#[test]
+fn series_max_is_the_exact_peak() {
+    for &(file, reserved, allocated) in TRUTH {
+        let s = load(file);
+        let (a, series) = with_series(&s);
+        assert!(a.exact && series.exact(), "{file}: {}", a.method);
+        assert_eq!(series.len(), entries(&s).len(), "{file}");
+        assert_eq!(series.device(), a.peak.device, "{file}");
+        assert_eq!(series.max_allocated(), allocated, "{file}: allocated");
+        assert_eq!(series.max_reserved(), reserved, "{file}: reserved");
+        assert_eq!(series.max_allocated(), a.peak.allocated_bytes, "{file}");
+        assert_eq!(series.max_reserved(), a.peak.reserved_bytes, "{file}");
+        let i = a.peak.event_index.expect("peak entry");
+        assert_eq!(
+            series.allocated()[i],
+            a.peak.allocated_bytes,
+            "{file}: at the peak entry"
+        );
+        assert_eq!(series.time_us(i), a.peak.time_us, "{file}");
+        // The same analysis as without the series, to the byte.
+        let plain = serde_json::to_string(&analysis::analyze_exact(&s)).unwrap();
+        assert_eq!(serde_json::to_string(&a).unwrap(), plain, "{file}");
+        // Round trip, and every window keeps the peaks.
+        let bytes = series.to_bytes();
+        assert_eq!(analysis::Series::from_bytes(&bytes).as_ref(), Ok(&series));
+        let w = series.window(0, series.len(), 1200);
+        assert_eq!(w.iter().map(|p| p.allocated.max).max(), Some(allocated));
+        assert_eq!(w.iter().map(|p| p.reserved.max).max(), Some(reserved));
+        let w = series.window(i, i + 1, 10);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].allocated.max, allocated);
+    }
+}
+
+#[test]
+fn series_of_a_mid_run_trace_is_the_walk() {
+    let mut s = load("gpt__baseline__full.pickle.gz");
+    s.traces[0].entries.drain(..200);
+    let (a, series) = with_series(&s);
+    assert!(!a.exact && !series.exact());
+    assert_eq!(series.len(), entries(&s).len());
+    assert_eq!(series.max_allocated(), a.peak.allocated_bytes);
+    assert_eq!(series.max_reserved(), a.peak.reserved_bytes);
+    assert_eq!(analysis::series(&s).as_ref(), Some(&series));
+}
+
+#[test]
+fn no_series_without_a_trace() {
+    let (_, series) = analysis::analyze_exact_with(
+        &Snapshot::default(),
+        &analysis::AnalyzeOptions {
+            series: true,
+            ..analysis::AnalyzeOptions::default()
+        },
+    );
+    assert!(series.is_none());
+    assert!(analysis::state_at_oom(&Snapshot::default()).is_none());
+}
+
+#[test]
+fn state_at_oom_explains_the_failed_request() {
+    for file in [
+        "gpt__baseline__cap10.pickle.gz",
+        "resnet50__baseline__cap10.pickle.gz",
+    ] {
+        let s = load(file);
+        let a = analysis::analyze(&s);
+        let oom = a.oom.as_ref().expect("an OOM");
+        let st = analysis::state_at_oom(&s).expect("a state at the OOM");
+        assert_eq!(
+            (st.device, st.event_index),
+            (oom.device, oom.event_index),
+            "{file}"
+        );
+        assert_eq!(st.request.size, oom.requested_bytes, "{file}");
+        assert_eq!(st.request.size, entries(&s)[oom.event_index].size, "{file}");
+        assert!(st.request.rounded_size >= st.request.size, "{file}");
+        assert!(st.exact, "{file}: {:?}", st.notes);
+        let reserved: u64 = st.segments.iter().map(|g| g.total_size).sum();
+        assert_eq!(
+            reserved, oom.reserved_bytes,
+            "{file}: Σ segments = reserved at the OOM"
+        );
+        assert_eq!(st.reserved_bytes, reserved, "{file}");
+        for g in &st.segments {
+            let blocks: u64 = g.blocks.iter().map(|b| b.size).sum();
+            assert_eq!(blocks, g.total_size, "{file}: segment 0x{:x}", g.address);
+            assert!(
+                g.blocks
+                    .windows(2)
+                    .all(|w| w[0].offset + w[0].size == w[1].offset)
+            );
+            for b in &g.blocks {
+                assert_eq!(b.fit.is_some(), b.state == BlockState::Inactive);
+                assert_eq!(b.requested_size.is_some(), b.state != BlockState::Inactive);
+                assert_ne!(b.fit, Some(analysis::FreeBlockFit::Fits), "{file}");
+            }
+        }
+        assert!(st.segments.windows(2).all(|w| w[0].address < w[1].address));
+        assert!(!st.why.is_empty(), "{file}");
+        assert!(
+            st.why.contains("GiB") || st.why.contains("MiB"),
+            "{file}: {}",
+            st.why
+        );
+        let json = serde_json::to_string(&st).unwrap();
+        let back: analysis::OomState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, st);
+        println!("{file}: {}", st.why);
+    }
+}

@@ -671,7 +671,7 @@ pub struct ClassifiedAlloc {
 /// Every allocation of `device`'s trace with its phase and category, in order of allocation (the
 /// rules of [`Category`]; the walk of `analyze`).
 pub fn classify_trace(snapshot: &Snapshot, device: u32) -> Vec<ClassifiedAlloc> {
-    let run = super::run_device(snapshot, device, None);
+    let run = super::run_device(snapshot, device, None, false);
     let classified = classify(snapshot, &run);
     let index = |s: u32| -> Option<usize> { (s != NEVER && s > 0).then(|| s as usize - 1) };
     run.records

@@ -13,7 +13,7 @@
 use serde::Serialize;
 
 use super::{Analysis, Peak};
-use crate::replay::{Replay, ReplayOptions, replay};
+use crate::replay::{Replay, ReplayOptions, Timeline as ReplayTimeline, replay};
 use crate::snapshot::{Action, Snapshot, TraceEntry};
 
 /// What [`Analysis::method`] says when the peaks come from the replay.
@@ -64,7 +64,7 @@ fn cut_of(entries: &[TraceEntry]) -> usize {
 /// (it ended at a recorded level ≤ `L`), every one that had to release memory under `T` has to
 /// under `L` too, and every recorded OOM — which failed under `T` even after the full flush —
 /// fails under `L`. So the replay takes the recorded path, caught OOMs (cuDNN's) included.
-fn inferred_limit(entries: &[TraceEntry]) -> Option<u64> {
+pub(crate) fn inferred_limit(entries: &[TraceEntry]) -> Option<u64> {
     if !entries.iter().any(|e| e.action == Action::Oom) {
         return None;
     }
@@ -90,24 +90,48 @@ fn reserved_levels(entries: &[TraceEntry]) -> impl Iterator<Item = u64> + '_ {
 /// Replays `device` with the recorded settings and returns its exact peaks, or why there are
 /// none.
 pub fn exact_peaks(snapshot: &Snapshot, device: u32) -> Result<ExactPeaks, NotExact> {
-    let entries = snapshot
-        .traces
-        .iter()
-        .find(|t| t.device == device)
-        .map_or(&[][..], |t| t.entries.as_slice());
+    exact_replay(snapshot, device, false).0
+}
+
+/// [`exact_peaks`], and with `timeline` the replay's allocated bytes after every entry that
+/// changed them (for [`super::series`]; only when the peaks are exact). The replay then goes on
+/// past the OOM the program did not survive, through the frees before the dump: its peaks are
+/// the same (no allocation follows that OOM), and the timeline covers the whole trace.
+pub(crate) fn exact_replay(
+    snapshot: &Snapshot,
+    device: u32,
+    timeline: bool,
+) -> (Result<ExactPeaks, NotExact>, Option<ReplayTimeline>) {
+    let entries = entries_of(snapshot, device);
     let options = ReplayOptions {
         device,
         capacity: inferred_limit(entries),
         record_events: false,
-        record_timeline: false,
+        record_timeline: timeline,
+        continue_after_oom: timeline,
         ..ReplayOptions::default()
     };
-    let r = replay(snapshot, &options).map_err(|e| NotExact(e.to_string()))?;
-    let mut x = from_replay(&r, entries, cut_of(entries))?;
-    let time = |i: Option<usize>| i.and_then(|i| entries.get(i)).and_then(|e| e.time_us);
-    x.allocated_time_us = time(x.allocated_event_index);
-    x.reserved_time_us = time(x.reserved_event_index);
-    Ok(x)
+    let r = match replay(snapshot, &options) {
+        Ok(r) => r,
+        Err(e) => return (Err(NotExact(e.to_string())), None),
+    };
+    let x = from_replay(&r, entries, cut_of(entries)).map(|mut x| {
+        let time = |i: Option<usize>| i.and_then(|i| entries.get(i)).and_then(|e| e.time_us);
+        x.allocated_time_us = time(x.allocated_event_index);
+        x.reserved_time_us = time(x.reserved_event_index);
+        x
+    });
+    let timeline = (timeline && x.is_ok()).then_some(r.timeline);
+    (x, timeline)
+}
+
+/// The trace of `device` (empty when it has none).
+pub(crate) fn entries_of(snapshot: &Snapshot, device: u32) -> &[TraceEntry] {
+    snapshot
+        .traces
+        .iter()
+        .find(|t| t.device == device)
+        .map_or(&[][..], |t| t.entries.as_slice())
 }
 
 fn from_replay(r: &Replay, entries: &[TraceEntry], cut: usize) -> Result<ExactPeaks, NotExact> {

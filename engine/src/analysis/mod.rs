@@ -21,7 +21,9 @@
 pub mod categories;
 pub mod exact;
 pub mod fragmentation;
+pub mod series;
 pub mod sites;
+pub mod state_at;
 pub mod timeline;
 
 use serde::Serialize;
@@ -33,7 +35,9 @@ use crate::units::Bytes;
 pub use categories::{Categories, Category, CategoryTotal, Phase};
 pub use exact::{ExactPeaks, NotExact, exact_peaks};
 pub use fragmentation::{Fragmentation, FragmentationAt};
+pub use series::{Extremes, Series, SeriesError, WindowPoint, series};
 pub use sites::Site;
+pub use state_at::{FreeBlockFit, OomRequest, OomState, StateBlock, StateSegment, state_at_oom};
 pub use timeline::{Timeline, TimelinePoint};
 
 /// What [`Analysis::method`] says when allocated bytes come from the trace.
@@ -48,6 +52,9 @@ pub struct AnalyzeOptions {
     pub timeline_points: usize,
     /// Most entries in [`Analysis::top_sites`].
     pub top_sites: usize,
+    /// Also keep the main device's figures after every entry ([`Series`]; returned by
+    /// [`analyze_exact_with`]): 24 bytes an entry more while the analysis runs.
+    pub series: bool,
 }
 
 impl Default for AnalyzeOptions {
@@ -55,6 +62,7 @@ impl Default for AnalyzeOptions {
         AnalyzeOptions {
             timeline_points: 2000,
             top_sites: 20,
+            series: false,
         }
     }
 }
@@ -265,6 +273,7 @@ pub(crate) struct DeviceRun<'a> {
     final_check: FinalCheck,
     notes: Vec<String>,
     timeline: Option<Timeline>,
+    series: Option<series::Columns>,
 }
 
 fn state_of(index: usize) -> u32 {
@@ -281,16 +290,17 @@ fn run_device<'a>(
     snapshot: &'a Snapshot,
     device: u32,
     timeline_points: Option<usize>,
+    series: bool,
 ) -> DeviceRun<'a> {
     let empty = InitialState {
         device,
         ..InitialState::default()
     };
-    match walk_device(snapshot, device, empty, true, timeline_points) {
+    match walk_device(snapshot, device, empty, true, timeline_points, series) {
         Some(run) => run,
         None => {
             let initial = trace::initial_state(snapshot, device);
-            walk_device(snapshot, device, initial, false, timeline_points)
+            walk_device(snapshot, device, initial, false, timeline_points, series)
                 .unwrap_or_else(|| empty_run(device))
         }
     }
@@ -312,6 +322,7 @@ fn empty_run<'a>(device: u32) -> DeviceRun<'a> {
         final_check: FinalCheck::default(),
         notes: Vec::new(),
         timeline: None,
+        series: None,
     }
 }
 
@@ -323,6 +334,7 @@ fn walk_device<'a>(
     initial: InitialState,
     optimistic: bool,
     timeline_points: Option<usize>,
+    series: bool,
 ) -> Option<DeviceRun<'a>> {
     let mut walker = Walker::with_initial(snapshot, device, &initial, SizeModel::Inferred);
     let entries: &[TraceEntry] = snapshot
@@ -331,6 +343,7 @@ fn walk_device<'a>(
         .find(|t| t.device == device)
         .map_or(&[], |t| t.entries.as_slice());
     let mut timeline = timeline_points.map(|n| timeline::Reducer::new(device, entries.len(), n));
+    let mut columns = series.then(|| series::Columns::with_capacity(entries.len()));
     let base_ranges = walker.ranges().clone();
     let allocs = entries.iter().filter(|e| e.action == Action::Alloc).count();
     let mut records: Vec<AllocRecord> = Vec::with_capacity(initial.blocks.len() + allocs);
@@ -440,6 +453,13 @@ fn walk_device<'a>(
         if let Some(t) = timeline.as_mut() {
             t.push(step.index, step.entry.time_us, &step.stats);
         }
+        if let Some(c) = columns.as_mut() {
+            c.push(
+                step.index,
+                step.stats.allocated_bytes,
+                step.stats.reserved_bytes,
+            );
+        }
     }
     let final_check = walker.final_check(snapshot, device);
     if optimistic && (!final_check.matches || walker.anomalies() > 0) {
@@ -473,6 +493,7 @@ fn walk_device<'a>(
         final_check,
         notes,
         timeline: timeline.map(timeline::Reducer::finish),
+        series: columns,
     })
 }
 
@@ -484,29 +505,62 @@ pub fn analyze(snapshot: &Snapshot) -> Analysis {
 /// Analyses a snapshot and replays its main device's trace for exact peaks (see [`exact`]). For
 /// a snapshot with one device the replay runs on a second thread, alongside the analysis.
 pub fn analyze_exact(snapshot: &Snapshot) -> Analysis {
+    analyze_exact_with(snapshot, &AnalyzeOptions::default()).0
+}
+
+/// [`analyze_exact`] with options; with [`AnalyzeOptions::series`], also the main device's
+/// [`Series`] from the same walk and the same replay (`None` without the option, or when the
+/// snapshot has no trace).
+pub fn analyze_exact_with(
+    snapshot: &Snapshot,
+    options: &AnalyzeOptions,
+) -> (Analysis, Option<Series>) {
     let devices: Vec<u32> = snapshot.traces.iter().map(|t| t.device).collect();
-    if let [device] = devices[..] {
-        let (mut analysis, exact) = std::thread::scope(|s| {
-            let replayed = s.spawn(|| exact_peaks(snapshot, device));
-            let analysis = analyze(snapshot);
-            let exact = replayed
-                .join()
-                .unwrap_or_else(|_| Err(NotExact("the replay failed (internal error)".into())));
-            (analysis, exact)
-        });
-        analysis.apply_exact(exact);
-        return analysis;
-    }
-    let mut analysis = analyze(snapshot);
+    let with_series = options.series;
+    let failed = || Err(NotExact("the replay failed (internal error)".into()));
+    let (mut analysis, columns, (exact, replayed)) = if let [device] = devices[..] {
+        std::thread::scope(|s| {
+            let replayed = s.spawn(|| exact::exact_replay(snapshot, device, with_series));
+            let (analysis, columns) = analyze_inner(snapshot, options);
+            let exact = replayed.join().unwrap_or_else(|_| (failed(), None));
+            (analysis, columns, exact)
+        })
+    } else {
+        let (analysis, columns) = analyze_inner(snapshot, options);
+        let exact = if devices.is_empty() {
+            (Err(NotExact("the snapshot has no trace".into())), None)
+        } else {
+            exact::exact_replay(snapshot, analysis.peak.device, with_series)
+        };
+        (analysis, columns, exact)
+    };
+    let exact_device = exact.as_ref().ok().map(|x| x.device);
     if !devices.is_empty() {
-        let exact = exact_peaks(snapshot, analysis.peak.device);
         analysis.apply_exact(exact);
     }
-    analysis
+    let series = columns.map(|(device, c)| {
+        let mut series = c.into_series(device, snapshot);
+        if analysis.exact
+            && exact_device == Some(device)
+            && let Some(t) = &replayed
+        {
+            series.set_exact_allocated(t);
+        }
+        series
+    });
+    (analysis, series)
 }
 
 /// Analyses a snapshot. Never panics, whatever the snapshot holds.
 pub fn analyze_with(snapshot: &Snapshot, options: &AnalyzeOptions) -> Analysis {
+    analyze_inner(snapshot, options).0
+}
+
+/// The analysis, and with [`AnalyzeOptions::series`] the main device's walk columns.
+fn analyze_inner(
+    snapshot: &Snapshot,
+    options: &AnalyzeOptions,
+) -> (Analysis, Option<(u32, series::Columns)>) {
     let mut devices: Vec<u32> = snapshot
         .traces
         .iter()
@@ -532,7 +586,7 @@ pub fn analyze_with(snapshot: &Snapshot, options: &AnalyzeOptions) -> Analysis {
     let mut runs: Vec<DeviceRun<'_>> = Vec::with_capacity(devices.len());
     for &d in &devices {
         let points = (d == timeline_device).then_some(options.timeline_points);
-        runs.push(run_device(snapshot, d, points));
+        runs.push(run_device(snapshot, d, points, options.series));
     }
     let timeline = runs
         .iter_mut()
@@ -640,13 +694,17 @@ pub fn analyze_with(snapshot: &Snapshot, options: &AnalyzeOptions) -> Analysis {
     }
     analysis.oom = fatal.and_then(|f| ooms.get(f)).map(|(_, o)| o.clone());
     analysis.ooms = ooms.into_iter().map(|(_, o)| o).collect();
-    analysis
+    let columns = main
+        .and_then(|k| runs.get_mut(k))
+        .filter(|r| !r.entries.is_empty())
+        .and_then(|r| Some((r.device, r.series.take()?)));
+    (analysis, columns)
 }
 
 /// Allocations allocated on `device` after entry `event_index` of its trace, by category (the
 /// same rules as [`Analysis::categories_at_peak`]).
 pub fn categories_at(snapshot: &Snapshot, device: u32, event_index: usize) -> Categories {
-    let run = run_device(snapshot, device, None);
+    let run = run_device(snapshot, device, None, false);
     let classified = categories::classify(snapshot, &run);
     classified.totals_at(&run, state_of(event_index))
 }

@@ -393,9 +393,9 @@ impl Driver<'_> {
                     Err(AllocError::OutOfMemory(o)) => {
                         if self.last_alloc.is_some_and(|l| l > i) {
                             self.caught_ooms += 1;
-                        } else {
+                        } else if self.oom.is_none() {
                             self.oom = Some((i, o));
-                            stop = true;
+                            stop = !self.options.continue_after_oom;
                         }
                     }
                     Ok(a) => {
@@ -475,7 +475,7 @@ impl Driver<'_> {
                     }
                 }
             }
-            if stop {
+            if stop || self.options.stop_after.is_some_and(|s| i >= s) {
                 return Ok(i);
             }
             i += 1;

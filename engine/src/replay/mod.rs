@@ -91,6 +91,14 @@ pub struct ReplayOptions {
     pub record_events: bool,
     /// Keep the allocated/reserved timeline in [`Replay::timeline`].
     pub record_timeline: bool,
+    /// Go on after the OOM the program did not survive (the recorded `oom` entry no `alloc`
+    /// follows): its malloc fails as recorded, and what the program released before the dump
+    /// (the frees after it) is replayed too. [`Replay::oom_event_index`] still names it. An
+    /// unexpected OOM (at an `alloc` entry) always stops the replay.
+    pub continue_after_oom: bool,
+    /// Stop after this entry (`None`: at the end, or at the OOM): the allocator's state then is
+    /// [`Replay::final_segments`].
+    pub stop_after: Option<usize>,
 }
 
 impl Default for ReplayOptions {
@@ -105,6 +113,8 @@ impl Default for ReplayOptions {
             address_order: AddressOrder::default(),
             record_events: true,
             record_timeline: true,
+            continue_after_oom: false,
+            stop_after: None,
         }
     }
 }

@@ -96,7 +96,12 @@ pub struct Report {
 impl Report {
     /// Analyses a snapshot.
     pub fn from_snapshot(snapshot: &Snapshot) -> Report {
-        let analysis = analysis::analyze_exact(snapshot);
+        Report::from_analysis(snapshot, analysis::analyze_exact(snapshot))
+    }
+
+    /// The report of `snapshot` with an analysis already made (by
+    /// [`analysis::analyze_exact_with`], say, which also gives the series).
+    pub fn from_analysis(snapshot: &Snapshot, analysis: analysis::Analysis) -> Report {
         let settings = snapshot.allocator_settings.as_ref();
         Report {
             source: Source {

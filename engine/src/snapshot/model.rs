@@ -49,7 +49,7 @@ pub enum Encoding {
 }
 
 /// Which pool a segment belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolKind {
     /// Blocks ≤ 1 MiB, in 2 MiB segments.
@@ -88,7 +88,7 @@ pub struct Segment {
 }
 
 /// State of a block in a segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockState {
     /// Handed out to a tensor.
