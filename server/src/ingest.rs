@@ -7,6 +7,9 @@ use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use oomlens_engine::Bytes;
+use oomlens_engine::analysis::{
+    AnalyzeOptions, OomState, Series, analyze_exact_with, state_at_oom,
+};
 use oomlens_engine::report::Report;
 use oomlens_engine::snapshot::{
     ReadError, ReadOptions, Snapshot, read_snapshot, read_snapshot_parallel, sniff_encoding,
@@ -138,6 +141,36 @@ pub fn analyze_snapshot(input: &Input, limits: &Limits) -> Result<Report, ReadEr
     let report = Report::from_snapshot(&snapshot);
     tracing::info!(elapsed = ?t1.elapsed(), "snapshot analysed");
     Ok(report)
+}
+
+/// What the server keeps of a snapshot: the report, the full-resolution memory series of the
+/// main device (for zooming the timeline), and the allocator's state at the OOM.
+pub struct Analysed {
+    /// The report (`oomlens analyze --json`).
+    pub report: Report,
+    /// Allocated/reserved after every entry of the main device.
+    pub series: Option<Series>,
+    /// Segments and blocks at the OOM the program did not survive.
+    pub oom_state: Option<OomState>,
+}
+
+/// Reads and analyses a snapshot, keeping the series and the state at the OOM as well.
+pub fn analyze_snapshot_full(input: &Input, limits: &Limits) -> Result<Analysed, ReadError> {
+    let snapshot = read_snapshot_input(input, limits)?;
+    let t1 = std::time::Instant::now();
+    let options = AnalyzeOptions {
+        series: true,
+        ..AnalyzeOptions::default()
+    };
+    let (analysis, series) = analyze_exact_with(&snapshot, &options);
+    let oom_state = analysis.oom.as_ref().and_then(|_| state_at_oom(&snapshot));
+    let report = Report::from_analysis(&snapshot, analysis);
+    tracing::info!(elapsed = ?t1.elapsed(), "snapshot analysed with its series");
+    Ok(Analysed {
+        report,
+        series,
+        oom_state,
+    })
 }
 
 /// Analyses an OOM log: its text must hold at least one OOM message.

@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 
 use crate::blob::BlobStore;
 use crate::db::jobs::{self, Job, Kind, Outcome};
-use crate::db::snapshots::{self, Summary};
+use crate::db::snapshots::{self, Stored, Summary};
 use crate::ingest::{self, Input, Limits};
 
 /// What the workers need.
@@ -244,13 +244,13 @@ async fn analyze_job(worker: &str, ctx: &WorkerContext, job: &Job) -> Result<(),
         .map_err(|e| transient(&e))?;
     let limits = ctx.limits;
     let analysed = tokio::task::spawn_blocking(move || {
-        let r = ingest::analyze_snapshot(&Input::File(blob.path().to_path_buf()), &limits);
+        let r = ingest::analyze_snapshot_full(&Input::File(blob.path().to_path_buf()), &limits);
         drop(blob);
         r
     })
     .await;
-    let report = match analysed {
-        Ok(Ok(r)) => r.with_source_name(&snap.name),
+    let full = match analysed {
+        Ok(Ok(r)) => r,
         Ok(Err(e)) => return Err(JobError::Permanent(e.to_string())),
         Err(join) => {
             tracing::error!(error = %join, "the analysis panicked");
@@ -260,6 +260,7 @@ async fn analyze_job(worker: &str, ctx: &WorkerContext, job: &Job) -> Result<(),
             ));
         }
     };
+    let report = full.report.with_source_name(&snap.name);
     let json = serde_json::to_string(&report).map_err(|e| JobError::Permanent(e.to_string()))?;
     let summary = report.analysis().map(|a| Summary {
         peak_allocated_bytes: a.peak.allocated_bytes,
@@ -269,8 +270,20 @@ async fn analyze_job(worker: &str, ctx: &WorkerContext, job: &Job) -> Result<(),
     let Some(summary) = summary else {
         return Err(JobError::Permanent("not a snapshot".into()));
     };
+    let series = full.series.map(|s| (s.to_bytes(), s.len() as u64));
+    let oom_state = full
+        .oom_state
+        .map(|s| serde_json::to_string(&s))
+        .transpose()
+        .map_err(|e| JobError::Permanent(e.to_string()))?;
     let mut tx = ctx.pool.begin().await.map_err(|e| transient(&e))?;
-    snapshots::store_analysis(&mut tx, snap.id, &json, summary)
+    let stored = Stored {
+        analysis: &json,
+        summary,
+        series: series.as_ref().map(|(b, n)| (b.as_slice(), *n)),
+        oom_state: oom_state.as_deref(),
+    };
+    snapshots::store_analysis(&mut tx, snap.id, stored)
         .await
         .map_err(|e| transient(&e))?;
     if jobs::complete(&mut tx, job.id, worker)

@@ -217,26 +217,71 @@ pub struct Summary {
     pub oom: bool,
 }
 
-/// Stores the analysis and marks the snapshot ready.
-pub async fn store_analysis(
-    conn: &mut PgConnection,
-    id: Uuid,
-    json: &str,
-    s: Summary,
-) -> sqlx::Result<()> {
+/// What the analysis worker stores.
+#[derive(Debug, Clone, Copy)]
+pub struct Stored<'a> {
+    /// The analysis JSON (`oomlens analyze --json`).
+    pub analysis: &'a str,
+    /// Its summary.
+    pub summary: Summary,
+    /// The main device's series (engine encoding) and its entry count.
+    pub series: Option<(&'a [u8], u64)>,
+    /// The allocator's state at the OOM, JSON.
+    pub oom_state: Option<&'a str>,
+}
+
+/// Stores the analysis (with its series and state at the OOM) and marks the snapshot ready.
+pub async fn store_analysis(conn: &mut PgConnection, id: Uuid, st: Stored<'_>) -> sqlx::Result<()> {
+    let s = st.summary;
     sqlx::query(
         "UPDATE snapshots SET status = 'ready', error = NULL, analysis = $2::json,
-                peak_allocated_bytes = $3, peak_reserved_bytes = $4, oom = $5, analysed_at = now()
+                peak_allocated_bytes = $3, peak_reserved_bytes = $4, oom = $5,
+                oom_state = $6::json, analysed_at = now()
          WHERE id = $1",
     )
     .bind(id)
-    .bind(json)
+    .bind(st.analysis)
     .bind(i64::try_from(s.peak_allocated_bytes).unwrap_or(i64::MAX))
     .bind(i64::try_from(s.peak_reserved_bytes).unwrap_or(i64::MAX))
     .bind(s.oom)
-    .execute(conn)
+    .bind(st.oom_state)
+    .execute(&mut *conn)
     .await?;
+    if let Some((data, events)) = st.series {
+        sqlx::query(
+            "INSERT INTO snapshot_series (snapshot_id, events, data) VALUES ($1, $2, $3)
+             ON CONFLICT (snapshot_id) DO UPDATE SET events = $2, data = $3",
+        )
+        .bind(id)
+        .bind(i64::try_from(events).unwrap_or(i64::MAX))
+        .bind(data)
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(())
+}
+
+/// The stored series (engine encoding) of the team's snapshot.
+pub async fn series(pool: &PgPool, team_id: i64, id: Uuid) -> sqlx::Result<Option<Vec<u8>>> {
+    sqlx::query_scalar(
+        "SELECT d.data FROM snapshot_series d JOIN snapshots s ON s.id = d.snapshot_id
+         WHERE s.team_id = $1 AND s.id = $2",
+    )
+    .bind(team_id)
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// The stored state at the OOM (JSON text) of the team's snapshot.
+pub async fn oom_state(pool: &PgPool, team_id: i64, id: Uuid) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar(
+        "SELECT oom_state::text FROM snapshots WHERE team_id = $1 AND id = $2 AND oom_state IS NOT NULL",
+    )
+    .bind(team_id)
+    .bind(id)
+    .fetch_optional(pool)
+    .await
 }
 
 /// Marks the snapshot failed with the error.

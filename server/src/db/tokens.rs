@@ -109,29 +109,39 @@ fn base64url(bytes: &[u8]) -> String {
 }
 
 /// A token from 32 random bytes.
+#[cfg(test)]
 fn token_from(random: &[u8; TOKEN_BYTES]) -> String {
     format!("{TOKEN_PREFIX}{}", base64url(random))
 }
 
-/// A fresh token.
-fn new_token() -> Result<String, getrandom::Error> {
+/// 256 random bits as 43 base64url characters: the secret part of API tokens and share links.
+pub(crate) fn random_secret() -> Result<String, getrandom::Error> {
     let mut random = [0u8; TOKEN_BYTES];
     getrandom::fill(&mut random)?;
-    Ok(token_from(&random))
+    Ok(base64url(&random))
+}
+
+/// A fresh token.
+fn new_token() -> Result<String, getrandom::Error> {
+    Ok(format!("{TOKEN_PREFIX}{}", random_secret()?))
+}
+
+/// Whether `s` has the shape of a [`random_secret`].
+pub(crate) fn well_formed_secret(s: &str) -> bool {
+    s.len() == TOKEN_CHARS
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Whether `token` has the shape of one of ours (checked before touching the database).
 fn well_formed(token: &str) -> bool {
-    token.strip_prefix(TOKEN_PREFIX).is_some_and(|rest| {
-        rest.len() == TOKEN_CHARS
-            && rest
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    })
+    token
+        .strip_prefix(TOKEN_PREFIX)
+        .is_some_and(well_formed_secret)
 }
 
-/// What is stored for a token: the SHA-256 of the whole token string.
-fn token_hash(token: &str) -> Vec<u8> {
+/// What is stored for a secret: the SHA-256 of the whole string.
+pub(crate) fn secret_hash(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
 
@@ -151,7 +161,7 @@ pub async fn authenticate(pool: &PgPool, token: &str) -> sqlx::Result<Option<Tea
          )
          SELECT teams.id, teams.name FROM hit JOIN teams ON teams.id = hit.team_id",
     )
-    .bind(token_hash(token))
+    .bind(secret_hash(token))
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|(id, name)| Team { id, name }))
@@ -180,7 +190,7 @@ pub async fn create_token(
     )
     .bind(team_name)
     .bind(label)
-    .bind(token_hash(&token))
+    .bind(secret_hash(&token))
     .bind(&prefix)
     .fetch_one(&mut *tx)
     .await?;
@@ -298,10 +308,10 @@ mod tests {
     fn hash_is_sha256_of_the_whole_token() {
         // sha256("abc"), FIPS 180-2 appendix B.1.
         assert_eq!(
-            hex::encode(token_hash("abc")),
+            hex::encode(secret_hash("abc")),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        assert_eq!(token_hash("oomlens_x").len(), 32);
+        assert_eq!(secret_hash("oomlens_x").len(), 32);
     }
 
     #[test]

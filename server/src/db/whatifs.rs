@@ -49,3 +49,35 @@ pub async fn store(
             .ok_or(sqlx::Error::RowNotFound),
     }
 }
+
+/// Every stored answer about the team's snapshot (JSON text), oldest first: for the web UI.
+pub async fn list_for_snapshot(
+    pool: &PgPool,
+    team_id: i64,
+    snapshot_id: Uuid,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(
+        "SELECT result::text FROM whatifs WHERE team_id = $1 AND snapshot_id = $2
+         ORDER BY created_at, id",
+    )
+    .bind(team_id)
+    .bind(snapshot_id)
+    .fetch_all(pool)
+    .await
+}
+
+/// The newest stored answer about the team's snapshot (JSON text).
+pub async fn latest(
+    pool: &PgPool,
+    team_id: i64,
+    snapshot_id: Uuid,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar(
+        "SELECT result::text FROM whatifs WHERE team_id = $1 AND snapshot_id = $2
+         ORDER BY created_at DESC, id DESC LIMIT 1",
+    )
+    .bind(team_id)
+    .bind(snapshot_id)
+    .fetch_optional(pool)
+    .await
+}

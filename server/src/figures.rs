@@ -1,0 +1,452 @@
+//! The post-mortem page's charts as images, drawn on the server (oomlens-charts: plotters SVG,
+//! resvg PNG): `GET /figures/snapshots/{id}/{chart}.{svg|png}` for the signed-in team (API token
+//! as bearer or the web sign-in cookie) and `GET /s/{secret}/figures/{chart}.{svg|png}` for a share
+//! link. Charts: `timeline` (zoomable: `?from=&to=` event indices, re-reduced from the stored
+//! full-resolution series to the pixel width), `categories`, `remedies` (the latest stored
+//! what-if), `segments` (the allocator at the OOM). `?width=&height=&theme=light|dark&scale=`,
+//! and `?capacity=` for a limit line on the timeline.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use oomlens_charts as charts;
+use oomlens_engine::Bytes;
+use oomlens_engine::analysis::{OomState, Series, WindowPoint};
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::api::params::{ApiQuery, empty_as_none};
+use crate::api::{ApiError, AppState};
+use crate::db::{Team, share_links, snapshots, tokens, whatifs};
+
+/// The cookie the web sign-in sets (the API token, until accounts exist).
+pub const TOKEN_COOKIE: &str = "oomlens_token";
+
+/// The team of a request: `Authorization: Bearer` or the sign-in cookie.
+pub async fn team_of(state: &AppState, headers: &HeaderMap) -> Result<Option<Team>, ApiError> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim().to_string());
+    let token = bearer.or_else(|| cookie(headers, TOKEN_COOKIE));
+    match token {
+        Some(t) => Ok(tokens::authenticate(&state.get().pool, &t).await?),
+        None => Ok(None),
+    }
+}
+
+/// The value of cookie `name`.
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())
+}
+
+/// Size, theme and zoom.
+#[derive(Debug, Deserialize)]
+pub struct FigureParams {
+    /// First event of the zoomed range.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub from: Option<usize>,
+    /// End (exclusive) of the zoomed range.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub to: Option<usize>,
+    /// Width in CSS pixels (default 960).
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub width: Option<u32>,
+    /// Height in CSS pixels.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub height: Option<u32>,
+    /// `light` (default) or `dark`.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub theme: Option<String>,
+    /// PNG pixels per CSS pixel (default 2).
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub scale: Option<f32>,
+    /// A capacity to draw on the timeline, bytes (a snapshot does not record the card's size or
+    /// the process's limit).
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub capacity: Option<u64>,
+}
+
+/// `GET /figures/snapshots/{id}/{file}`.
+pub async fn for_team(
+    State(state): State<AppState>,
+    Path((id, file)): Path<(String, String)>,
+    headers: HeaderMap,
+    ApiQuery(p): ApiQuery<FigureParams>,
+) -> Result<Response, ApiError> {
+    let team = team_of(&state, &headers)
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    let id = crate::api::parse_id("snapshot", &id)?;
+    figure(&state, team.id, id, &file, &p).await
+}
+
+/// `GET /s/{secret}/figures/{file}`.
+pub async fn for_share_link(
+    State(state): State<AppState>,
+    Path((secret, file)): Path<(String, String)>,
+    ApiQuery(p): ApiQuery<FigureParams>,
+) -> Result<Response, ApiError> {
+    let (team_id, id) = share_links::resolve(&state.get().pool, &secret)
+        .await?
+        .ok_or_else(|| ApiError::NotFound("no such share link (or it was revoked)".into()))?;
+    figure(&state, team_id, id, &file, &p).await
+}
+
+/// Which chart, in which format.
+fn parse_file(file: &str) -> Result<(&str, bool), ApiError> {
+    let (chart, ext) = file
+        .rsplit_once('.')
+        .ok_or_else(|| ApiError::NotFound(format!("no figure {file}")))?;
+    let png = match ext {
+        "svg" => false,
+        "png" => true,
+        _ => return Err(ApiError::NotFound(format!("no figure {file}"))),
+    };
+    match chart {
+        "timeline" | "categories" | "remedies" | "segments" => Ok((chart, png)),
+        _ => Err(ApiError::NotFound(format!(
+            "no figure {file} (timeline, categories, remedies, segments; .svg or .png)"
+        ))),
+    }
+}
+
+async fn figure(
+    state: &AppState,
+    team_id: i64,
+    id: Uuid,
+    file: &str,
+    p: &FigureParams,
+) -> Result<Response, ApiError> {
+    let (chart, png) = parse_file(file)?;
+    let pool = &state.get().pool;
+    let analysis: Value = match snapshots::analysis(pool, team_id, id).await? {
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| ApiError::internal("stored analysis is not JSON", &e))?,
+        None => {
+            // No such snapshot for this team, or not analysed yet: the same answer to both.
+            return Err(ApiError::NotFound(format!(
+                "no analysed snapshot {id} (if it was just uploaded, its analysis is running)"
+            )));
+        }
+    };
+    let theme = match p.theme.as_deref() {
+        None | Some("light") => charts::Theme::Light,
+        Some("dark") => charts::Theme::Dark,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "theme: `{other}` is not light or dark"
+            )));
+        }
+    };
+    let width = p.width.unwrap_or(960).clamp(200, 4096);
+    let default_height = if chart == "categories" { 160 } else { 360 };
+    let size = charts::Size::new(width, p.height.unwrap_or(default_height).clamp(120, 4096));
+    let svg = match chart {
+        "timeline" => {
+            let series = match snapshots::series(pool, team_id, id).await? {
+                Some(bytes) => Some(
+                    Series::from_bytes(&bytes)
+                        .map_err(|e| ApiError::internal("stored series is unreadable", &e))?,
+                ),
+                None => None,
+            };
+            let t = timeline(&analysis, series.as_ref(), p, width)?;
+            tokio::task::spawn_blocking(move || charts::timeline_svg(&t, size, theme)).await
+        }
+        "categories" => {
+            let c = categories(&analysis);
+            tokio::task::spawn_blocking(move || charts::categories_svg(&c, size, theme)).await
+        }
+        "remedies" => {
+            let answer = whatifs::latest(pool, team_id, id).await?.ok_or_else(|| {
+                ApiError::NotFound("no what-if answer stored for this snapshot yet".into())
+            })?;
+            let r = remedies(&answer)?;
+            tokio::task::spawn_blocking(move || charts::remedies_svg(&r, size, theme)).await
+        }
+        _ => {
+            let st = load_oom_state(state, team_id, id)
+                .await?
+                .ok_or_else(|| ApiError::NotFound("this snapshot has no OOM".into()))?;
+            let s = segments(&st);
+            tokio::task::spawn_blocking(move || charts::segments_svg(&s, size, theme)).await
+        }
+    }
+    .map_err(|e| ApiError::internal("drawing stopped", &e))?
+    .map_err(|e| ApiError::internal("drawing failed", &e))?;
+    if png {
+        let scale = p.scale.unwrap_or(2.0);
+        let bytes = tokio::task::spawn_blocking(move || charts::svg_to_png(&svg, scale))
+            .await
+            .map_err(|e| ApiError::internal("drawing stopped", &e))?
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        Ok(image(bytes, "image/png"))
+    } else {
+        Ok(image(svg.into_bytes(), "image/svg+xml"))
+    }
+}
+
+fn image(body: Vec<u8>, content_type: &'static str) -> Response {
+    let mut resp = (StatusCode::OK, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // An analysis never changes once stored; a new what-if changes the remedies chart.
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, max-age=60"),
+    );
+    resp
+}
+
+async fn load_oom_state(
+    state: &AppState,
+    team_id: i64,
+    id: Uuid,
+) -> Result<Option<OomState>, ApiError> {
+    match snapshots::oom_state(&state.get().pool, team_id, id).await? {
+        Some(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| ApiError::internal("stored OOM state is unreadable", &e)),
+        None => Ok(None),
+    }
+}
+
+fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_u64()
+}
+
+fn column(w: &WindowPoint) -> charts::Column {
+    charts::Column {
+        event_from: w.from as u64,
+        event_to: w.to as u64,
+        time_from_us: w
+            .time_from_us
+            .and_then(|t| u64::try_from(t).ok())
+            .unwrap_or(0),
+        time_to_us: w
+            .time_to_us
+            .and_then(|t| u64::try_from(t).ok())
+            .unwrap_or(0),
+        alloc_first: w.allocated.first,
+        alloc_min: w.allocated.min,
+        alloc_max: w.allocated.max,
+        alloc_last: w.allocated.last,
+        reserved_first: w.reserved.first,
+        reserved_min: w.reserved.min,
+        reserved_max: w.reserved.max,
+        reserved_last: w.reserved.last,
+    }
+}
+
+/// The timeline: the stored series reduced to the pixel width over the asked range (or, for an
+/// upload analysed before series were kept, the analysis' 2,000 points).
+fn timeline(
+    analysis: &Value,
+    series: Option<&Series>,
+    p: &FigureParams,
+    width: u32,
+) -> Result<charts::Timeline, ApiError> {
+    let columns_wanted = usize::try_from(width)
+        .unwrap_or(960)
+        .saturating_sub(80)
+        .max(50);
+    let (columns, events) = match series {
+        Some(s) => {
+            let from = p.from.unwrap_or(0);
+            let to = p.to.unwrap_or(s.len()).min(s.len());
+            if from >= to {
+                return Err(ApiError::BadRequest(format!(
+                    "from {from} .. to {to}: an empty range (the trace has {} events)",
+                    s.len()
+                )));
+            }
+            let cols: Vec<charts::Column> = s
+                .window(from, to, columns_wanted)
+                .iter()
+                .map(column)
+                .collect();
+            (cols, s.len())
+        }
+        None => {
+            let points: Vec<(u64, u64, u64)> = analysis["timeline"]["points"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|pt| {
+                            Some((
+                                pt["event_index"].as_u64()?,
+                                pt["allocated_bytes"].as_u64()?,
+                                pt["reserved_bytes"].as_u64()?,
+                            ))
+                        })
+                        .filter(|(x, _, _)| {
+                            p.from.is_none_or(|f| *x >= f as u64)
+                                && p.to.is_none_or(|t| *x < t as u64)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let n = u64_at(analysis, &["timeline", "events"]).unwrap_or(0);
+            (charts::reduce(&points, columns_wanted), n as usize)
+        }
+    };
+    let mut t = charts::Timeline::new(format!("Memory over the trace ({events} events)"), columns);
+    t.capacity = p.capacity;
+    if let Some(ev) = u64_at(analysis, &["oom", "event_index"]) {
+        let requested = u64_at(analysis, &["oom", "requested_bytes"]).unwrap_or(0);
+        t.oom = Some(charts::OomMarker {
+            event: ev,
+            time_us: u64_at(analysis, &["oom", "time_us"]).unwrap_or(0),
+            label: format!("OOM: {} requested", Bytes(requested)),
+        });
+    }
+    Ok(t)
+}
+
+fn categories(analysis: &Value) -> charts::Categories {
+    let at_peak = &analysis["categories_at_peak"];
+    let entries = charts::Category::ALL
+        .iter()
+        .map(|c| charts::CategoryBytes {
+            category: *c,
+            bytes: at_peak[c.name()]["bytes"].as_u64().unwrap_or(0),
+        })
+        .collect();
+    charts::Categories {
+        title: format!(
+            "Live at the peak: {}",
+            Bytes(u64_at(analysis, &["peak", "allocated_bytes"]).unwrap_or(0))
+        ),
+        entries,
+    }
+}
+
+fn bar(label: String, v: &Value) -> charts::RemedyBar {
+    let lower_bound = v["lower_bound"].as_bool().unwrap_or(false);
+    let estimate = v["estimated_peak_reserved_bytes"].as_u64();
+    let peak = match (lower_bound, estimate) {
+        (true, Some(e)) => e,
+        _ => v["peak_reserved_bytes"].as_u64().unwrap_or(0),
+    };
+    let fidelity = match (lower_bound && estimate.is_some(), v["method"].as_str()) {
+        (true, _) => charts::Fidelity::Estimate,
+        (false, Some("transform")) => charts::Fidelity::Model,
+        _ => charts::Fidelity::Exact,
+    };
+    charts::RemedyBar {
+        label,
+        peak_reserved: peak,
+        fidelity,
+        fits: v["fits"].as_bool().unwrap_or(false),
+        lower_bound: lower_bound && estimate.is_none(),
+    }
+}
+
+fn remedies(answer: &str) -> Result<charts::Remedies, ApiError> {
+    let w: Value = serde_json::from_str(answer)
+        .map_err(|e| ApiError::internal("stored what-if is not JSON", &e))?;
+    let capacity = w["capacity_bytes"].as_u64();
+    Ok(charts::Remedies {
+        title: format!(
+            "Predicted peak reserved under {}",
+            capacity.map_or_else(|| "the limit".into(), |c| Bytes(c).to_string())
+        ),
+        capacity,
+        baseline: bar("baseline".into(), &w["baseline"]),
+        remedies: w["remedies"]
+            .as_array()
+            .map(|rs| {
+                rs.iter()
+                    .map(|r| bar(r["remedy"].as_str().unwrap_or("?").to_string(), r))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+fn segments(st: &OomState) -> charts::Segments {
+    charts::Segments {
+        title: format!(
+            "The allocator at the OOM: {} reserved in {} segments, {} allocated",
+            Bytes(st.reserved_bytes),
+            st.segments.len(),
+            Bytes(st.allocated_bytes)
+        ),
+        why: st.why.clone(),
+        request: st.request.size,
+        segments: st
+            .segments
+            .iter()
+            .map(|s| charts::Segment {
+                address: s.address,
+                blocks: s
+                    .blocks
+                    .iter()
+                    .map(|b| charts::Block {
+                        size: b.size,
+                        allocated: b.allocated,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_are_found_among_others() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; oomlens_token=oomlens_x; b=2"),
+        );
+        assert_eq!(cookie(&h, TOKEN_COOKIE).as_deref(), Some("oomlens_x"));
+        assert_eq!(cookie(&h, "c"), None);
+    }
+
+    #[test]
+    fn figure_names_are_checked() {
+        assert_eq!(parse_file("timeline.svg").ok(), Some(("timeline", false)));
+        assert_eq!(parse_file("segments.png").ok(), Some(("segments", true)));
+        assert!(parse_file("timeline.gif").is_err());
+        assert!(parse_file("../etc.svg").is_err());
+        assert!(parse_file("timeline").is_err());
+    }
+
+    #[test]
+    fn remedy_bars_follow_the_whatif_json() {
+        let answer = serde_json::json!({
+            "capacity_bytes": 10u64 << 30,
+            "baseline": {"peak_reserved_bytes": 11u64 << 30, "fits": false, "lower_bound": true,
+                         "estimated_peak_reserved_bytes": 13u64 << 30},
+            "remedies": [
+                {"remedy": "amp=bf16", "peak_reserved_bytes": 8u64 << 30, "fits": true,
+                 "method": "transform", "lower_bound": false},
+                {"remedy": "alloc=expandable_segments:True", "peak_reserved_bytes": 12u64 << 30,
+                 "fits": false, "method": "replay", "lower_bound": false}
+            ]
+        })
+        .to_string();
+        let r = remedies(&answer).expect("valid");
+        assert_eq!(r.capacity, Some(10 << 30));
+        assert_eq!(r.baseline.peak_reserved, 13 << 30);
+        assert_eq!(r.baseline.fidelity, charts::Fidelity::Estimate);
+        assert_eq!(r.remedies[0].fidelity, charts::Fidelity::Model);
+        assert_eq!(r.remedies[1].fidelity, charts::Fidelity::Exact);
+        assert!(r.remedies[0].fits && !r.remedies[1].fits);
+    }
+}
