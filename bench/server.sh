@@ -47,6 +47,12 @@ curl -sf -o /dev/null -H "$AUTH" -H 'Content-Type: application/json' -d "$Q" "$B
 t4=$(now)
 curl -sf -o /dev/null -H "$AUTH" -H 'Content-Type: application/json' -d "$Q" "$BASE/api/v1/snapshots/$id/whatif"
 t5=$(now)
+# The post-mortem page's timeline: the whole trace, then a 1 % zoom (server time by curl).
+fig="$BASE/figures/snapshots/$id/timeline.svg?width=1200"
+tl_full=$(curl -sf -o "$DIR/full.svg" -w '%{time_total}' -H "$AUTH" "$fig")
+tl_zoom=$(curl -sf -o "$DIR/zoom.svg" -w '%{time_total}' -H "$AUTH" "$fig&from=400000&to=409618")
+tl_png=$(curl -sf -o "$DIR/full.png" -w '%{time_total}' -H "$AUTH" "$BASE/figures/snapshots/$id/timeline.png?width=1200")
+mkdir -p "${FIGURES_OUT:-/tmp}" && cp "$DIR/full.png" "${FIGURES_OUT:-/tmp}/bench-timeline.png"
 hwm_after_large=$(hwm)
 
 # A large upload that is not a snapshot: streamed to disk and hashed, then refused (422).
@@ -65,6 +71,9 @@ echo "| … then until \`status\` is \`$st\` (worker: read + analysis + store) |
 echo "| re-upload of the same bytes (same id) | $(ms $t2 $t3) ms |"
 echo "| what-if, standard set of 9 remedies at 10 GiB (computed) | $(ms $t3 $t4) ms |"
 echo "| the same what-if again (stored answer) | $(ms $t4 $t5) ms |"
+echo "| timeline SVG, whole trace, 1200 px ($(stat -c %s "$DIR/full.svg") bytes) | $(awk -v t=$tl_full 'BEGIN{printf "%.0f", t*1000}') ms |"
+echo "| timeline SVG zoomed to 1 % of the trace | $(awk -v t=$tl_zoom 'BEGIN{printf "%.0f", t*1000}') ms |"
+echo "| timeline PNG, whole trace (2× scale) | $(awk -v t=$tl_png 'BEGIN{printf "%.0f", t*1000}') ms |"
 echo "| server peak RSS at start | $((hwm_start / 1024)) MiB |"
 echo "| server peak RSS after the above | $((hwm_after_large / 1024)) MiB |"
 echo "| upload of ${JUNK_MIB} MiB that is no snapshot (HTTP $code) | $(ms $t6 $t7) ms |"

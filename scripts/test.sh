@@ -15,11 +15,16 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
   rustup component add rustfmt clippy
 fi
 
+step "web UI: the browser half (scripts/build-ui.sh; fast when up to date)"
+./scripts/build-ui.sh
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The browser half builds only for wasm32 (on the host the frontend crate is empty).
+cargo clippy --locked -p oomlens-frontend -p oomlens-app --target wasm32-unknown-unknown -- -D warnings
 
 step "engine purity: no async, database, web or filesystem-path crates in engine's dependency tree"
 if cargo tree -p oomlens-engine -e normal --prefix none --format '{p}' --locked \

@@ -8,9 +8,11 @@ mod api;
 mod blob;
 mod cli;
 mod db;
+mod figures;
 mod ingest;
 mod pg;
 mod telemetry;
+mod web;
 mod worker;
 
 use std::process::ExitCode;

@@ -6,3 +6,4 @@ mod cli_replay;
 mod cli_upload;
 mod cli_whatif;
 mod server_api;
+mod web_pages;

@@ -291,6 +291,18 @@ fn tokens_and_teams_guard_every_endpoint() {
         .expect("id")
         .to_string();
 
+    let r = client()
+        .post(s.url(&format!("/api/v1/snapshots/{id}/share-links")))
+        .bearer_auth(&a)
+        .send()
+        .expect("share link");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let link = r.json::<Value>().expect("json");
+    assert!(
+        link["url"].as_str().is_some_and(|u| u.contains("/s/")),
+        "{link}"
+    );
+    let link_id = link["id"].as_i64().expect("link id");
     let whatif =
         serde_json::json!({"capacity_bytes": 1u64 << 30, "remedies": ["amp=bf16"]}).to_string();
     let replay = serde_json::json!({"capacity_bytes": 1u64 << 30}).to_string();
@@ -313,10 +325,26 @@ fn tokens_and_teams_guard_every_endpoint() {
         ("POST", "/api/v1/oom-logs".into(), "x".into()),
         ("GET", "/api/v1/oom-logs".into(), String::new()),
         ("GET", log_path.clone(), String::new()),
+        (
+            "POST",
+            format!("/api/v1/snapshots/{id}/share-links"),
+            String::new(),
+        ),
+        (
+            "GET",
+            format!("/api/v1/snapshots/{id}/share-links"),
+            String::new(),
+        ),
+        (
+            "DELETE",
+            format!("/api/v1/snapshots/{id}/share-links/{link_id}"),
+            String::new(),
+        ),
     ];
     let send = |method: &str, path: &str, body: &str, token: Option<&str>| {
         let mut req = match method {
             "POST" => client().post(s.url(path)).body(body.to_string()),
+            "DELETE" => client().delete(s.url(path)),
             _ => client().get(s.url(path)),
         };
         if let Some(t) = token {
@@ -357,6 +385,40 @@ fn tokens_and_teams_guard_every_endpoint() {
             "{path} as team B"
         );
     }
+    // Team A lists and revokes its link; revoking an unknown one is a 404.
+    let links: Value = send(
+        "GET",
+        &format!("/api/v1/snapshots/{id}/share-links"),
+        "",
+        Some(&a),
+    )
+    .json()
+    .expect("json");
+    assert_eq!(links[0]["id"], link_id);
+    assert!(
+        links[0].get("url").is_none(),
+        "the secret is shown once: {links}"
+    );
+    let del = format!("/api/v1/snapshots/{id}/share-links/{link_id}");
+    assert_eq!(
+        send("DELETE", &del, "", Some(&a)).status(),
+        StatusCode::NO_CONTENT
+    );
+    let links: Value = send(
+        "GET",
+        &format!("/api/v1/snapshots/{id}/share-links"),
+        "",
+        Some(&a),
+    )
+    .json()
+    .expect("json");
+    assert!(links[0]["revoked_at"].is_string(), "{links}");
+    let unknown = format!("/api/v1/snapshots/{id}/share-links/999999");
+    assert_eq!(
+        send("DELETE", &unknown, "", Some(&a)).status(),
+        StatusCode::NOT_FOUND
+    );
+
     // Team B uploading the same bytes gets its own snapshot.
     let (code, mine) = upload(&s, &b, bytes(SNAP), "");
     assert_eq!(code, StatusCode::CREATED);
@@ -560,4 +622,107 @@ fn sigterm_stops_the_server_and_its_postgres() {
         !postgres_running_under(&k.data_dir),
         "postgres outlived a killed server"
     );
+}
+
+#[test]
+fn figures_draw_the_stored_analysis_for_the_team_and_share_links() {
+    let s = TestServer::start(&[]);
+    let a = s.token(&unique("team-fig-a"));
+    let b = s.token(&unique("team-fig-b"));
+    let (_, created) = upload(&s, &a, bytes(SNAP), "");
+    let id = created["id"].as_str().expect("id").to_string();
+    wait_analysed(&s, &a, &id);
+    let get = |path: &str, token: Option<&str>| {
+        let mut req = client().get(s.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send().expect("GET figure")
+    };
+    let svg = |path: &str| -> String {
+        let r = get(path, Some(&a));
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert_eq!(r.headers()["content-type"], "image/svg+xml", "{path}");
+        r.text().expect("text")
+    };
+    let base = format!("/figures/snapshots/{id}");
+    // The whole timeline: the OOM marked, sizes in PyTorch's style; a capacity line on request.
+    let full = svg(&format!("{base}/timeline.svg?capacity=10737418240"));
+    assert!(
+        full.contains("<svg") && full.contains("OOM: 1000.00 MiB requested"),
+        "{full}"
+    );
+    assert!(full.contains("10.00 GiB"), "the capacity line");
+    assert!(full.contains("556 events"), "{full}");
+    // Zoomed: a different drawing of the same trace; an empty range is a 400.
+    let zoomed = svg(&format!("{base}/timeline.svg?from=100&to=200"));
+    assert_ne!(zoomed, full);
+    assert_eq!(
+        get(&format!("{base}/timeline.svg?from=300&to=300"), Some(&a)).status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert!(svg(&format!("{base}/categories.svg")).contains("activation"));
+    let segments = svg(&format!("{base}/segments.svg"));
+    assert!(segments.contains("1000.00 MiB"), "the request: {segments}");
+    // Remedies: only once a what-if was asked.
+    assert_eq!(
+        get(&format!("{base}/remedies.svg"), Some(&a)).status(),
+        StatusCode::NOT_FOUND
+    );
+    let r = client()
+        .post(s.url(&format!("/api/v1/snapshots/{id}/whatif")))
+        .bearer_auth(&a)
+        .json(&serde_json::json!({"capacity_bytes": 10u64 << 30, "remedies": ["amp=bf16", "checkpoint"]}))
+        .send()
+        .expect("whatif");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(svg(&format!("{base}/remedies.svg")).contains("checkpoint"));
+    // PNG.
+    let png = get(&format!("{base}/timeline.png?theme=dark"), Some(&a));
+    assert_eq!(png.headers()["content-type"], "image/png");
+    assert!(
+        png.bytes()
+            .expect("bytes")
+            .starts_with(b"\x89PNG\r\n\x1a\n")
+    );
+    // Nobody else: 401 without a token, 404 for another team, 404 for junk names.
+    assert_eq!(
+        get(&format!("{base}/timeline.svg"), None).status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        get(&format!("{base}/timeline.svg"), Some(&b)).status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&format!("{base}/passwd.svg"), Some(&a)).status(),
+        StatusCode::NOT_FOUND
+    );
+    // A share link shows the figures without a token, until it is revoked.
+    let link: Value = client()
+        .post(s.url(&format!("/api/v1/snapshots/{id}/share-links")))
+        .bearer_auth(&a)
+        .send()
+        .and_then(reqwest::blocking::Response::json)
+        .expect("share link");
+    let url = link["url"].as_str().expect("url");
+    let shared = client()
+        .get(format!("{url}/figures/timeline.svg"))
+        .send()
+        .expect("shared");
+    assert_eq!(shared.status(), StatusCode::OK);
+    let del = client()
+        .delete(s.url(&format!(
+            "/api/v1/snapshots/{id}/share-links/{}",
+            link["id"]
+        )))
+        .bearer_auth(&a)
+        .send()
+        .expect("revoke");
+    assert_eq!(del.status(), StatusCode::NO_CONTENT);
+    let gone = client()
+        .get(format!("{url}/figures/timeline.svg"))
+        .send()
+        .expect("revoked");
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND);
 }

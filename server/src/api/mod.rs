@@ -7,8 +7,9 @@ mod error;
 mod oom_logs;
 pub mod openapi;
 mod ops;
-mod params;
+pub(crate) mod params;
 mod replays;
+mod share_links;
 mod snapshots;
 mod upload;
 mod whatif;
@@ -29,6 +30,9 @@ use crate::blob::BlobStore;
 use crate::ingest::Limits;
 
 pub use error::ApiError;
+// For the web UI (crate::web): the same upload path and cursors as the API.
+pub(crate) use snapshots::{decode_cursor, encode_cursor, parse_id};
+pub(crate) use upload::{BlankFields, UploadParams, store_upload};
 
 /// Everything a handler needs; cheap to clone.
 #[derive(Clone)]
@@ -89,7 +93,7 @@ impl AppState {
 }
 
 /// The whole application.
-pub fn router(state: AppState, request_timeout: Duration) -> Router {
+pub fn router(state: AppState, request_timeout: Duration, site: &crate::web::Site) -> Router {
     let max_upload = usize::try_from(state.get().max_upload).unwrap_or(usize::MAX);
     let api = Router::new()
         .route(
@@ -101,6 +105,14 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .route("/snapshots/{id}", get(snapshots::get_one))
         .route("/snapshots/{id}/whatif", post(whatif::ask))
         .route("/snapshots/{id}/replays", post(replays::create))
+        .route(
+            "/snapshots/{id}/share-links",
+            post(share_links::create).get(share_links::list),
+        )
+        .route(
+            "/snapshots/{id}/share-links/{link}",
+            axum::routing::delete(share_links::revoke),
+        )
         .route("/replays/{id}", get(replays::get_one))
         .route(
             "/oom-logs",
@@ -113,10 +125,20 @@ pub fn router(state: AppState, request_timeout: Duration) -> Router {
         .route("/docs", get(openapi::docs_page))
         .fallback(error::not_found);
     Router::new()
-        .route("/", get(ops::index))
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))
         .nest("/api/v1", api)
+        // Charts of a post-mortem, drawn on the server (crate::figures).
+        .route(
+            "/figures/snapshots/{id}/{file}",
+            get(crate::figures::for_team),
+        )
+        .route(
+            "/s/{secret}/figures/{file}",
+            get(crate::figures::for_share_link),
+        )
+        // The web UI: its pages (and `/`), forms and static files.
+        .merge(crate::web::router(&state, site))
         .fallback(error::not_found)
         .layer(axum::middleware::from_fn(ops::track))
         .layer(tower_http::trace::TraceLayer::new_for_http())

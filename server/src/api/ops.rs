@@ -1,12 +1,12 @@
 //! Operations: `GET /health` (the database answers), `GET /metrics` (Prometheus text: requests,
-//! uploads, jobs by state), the request-counting middleware, and the landing page.
+//! uploads, jobs by state) and the request-counting middleware. (`/` belongs to the web UI.)
 
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::AppState;
@@ -91,23 +91,4 @@ pub async fn track(req: Request, next: Next) -> Response {
     metrics::histogram!("oomlens_http_request_duration_seconds", "method" => method, "route" => route)
         .record(t0.elapsed().as_secs_f64());
     resp
-}
-
-/// The landing page (the web UI comes later).
-pub async fn index() -> Html<&'static str> {
-    Html(
-        r#"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>oomlens</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>body{font:16px/1.5 system-ui,sans-serif;max-width:44rem;margin:3rem auto;padding:0 1rem}
-code{background:#8881;padding:.1em .3em;border-radius:3px}</style></head>
-<body><h1>oomlens</h1>
-<p>Post-mortems for GPU out-of-memory failures. This server takes snapshots and OOM logs through
-its REST API: see <a href="/api/v1/docs">the API documentation</a>
-(<a href="/api/v1/openapi.json">OpenAPI document</a>).</p>
-<p>From CI: <code>oomlens upload oom.pickle --server URL --token TOKEN --capacity 80GiB</code>.
-Tokens: <code>oomlens admin create-token --team NAME --name ci</code>.</p>
-<p><a href="/health">health</a> · <a href="/metrics">metrics</a></p>
-</body></html>"#,
-    )
 }

@@ -18,6 +18,7 @@ use super::auth::Caller;
 use super::params::{ApiQuery, empty_as_none};
 use super::{ApiError, AppState};
 use crate::blob;
+use crate::db::Team;
 use crate::db::snapshots::{self, NewSnapshot, RunMeta};
 use crate::ingest::{self, Input, Kind};
 
@@ -204,19 +205,60 @@ fn optional(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> 
 pub async fn create_snapshot(
     State(state): State<AppState>,
     Caller(team): Caller,
-    ApiQuery(mut params): ApiQuery<UploadParams>,
+    ApiQuery(params): ApiQuery<UploadParams>,
     request: Request,
 ) -> Result<(StatusCode, HeaderMap, Json<Created>), ApiError> {
+    let headers = request.headers().clone();
+    let stored = store_upload(&state, &team, params, request, BlankFields::Refused).await?;
+    Ok(answer(
+        &state,
+        &headers,
+        stored.id,
+        stored.status,
+        stored.created,
+    ))
+}
+
+/// What [`store_upload`] stored.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// The snapshot's id.
+    pub id: Uuid,
+    /// Its status (`pending` when new).
+    pub status: String,
+    /// False when the team had uploaded the same bytes before (this is that upload).
+    pub created: bool,
+}
+
+/// How [`store_upload`] treats a multipart text field sent empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlankFields {
+    /// As given: an empty `name` is a 400 (the API's behaviour).
+    Refused,
+    /// As if absent (a browser form sends every field, filled or not).
+    Absent,
+}
+
+/// The upload path shared by `POST /api/v1/snapshots` and the web UI's upload form: reads the
+/// request (raw body, or multipart field `file` and the text fields), checks the snapshot, stores
+/// it in the blob store and queues its analysis, for `team`.
+pub async fn store_upload(
+    state: &AppState,
+    team: &Team,
+    mut params: UploadParams,
+    request: Request,
+    blank: BlankFields,
+) -> Result<Stored, ApiError> {
     let headers = request.headers().clone();
     let multipart = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.starts_with("multipart/form-data"));
-    let mut spool = Spool::new(&state)?;
+    let mut spool = Spool::new(state)?;
     let mut got_file = false;
     let mut file_name = None;
     if multipart {
-        let mut mp = Multipart::from_request(request, &state)
+        let mut mp = Multipart::from_request(request, state)
             .await
             .map_err(|e| ApiError::BadRequest(format!("multipart: {e}")))?;
         while let Some(field) = mp
@@ -232,7 +274,10 @@ pub async fn create_snapshot(
                     ));
                 }
                 got_file = true;
-                file_name = field.file_name().map(str::to_owned);
+                file_name = field
+                    .file_name()
+                    .filter(|f| blank == BlankFields::Refused || !f.is_empty())
+                    .map(str::to_owned);
                 spool.write(field).await?;
                 continue;
             }
@@ -240,12 +285,17 @@ pub async fn create_snapshot(
                 .text()
                 .await
                 .map_err(|e| ApiError::BadRequest(format!("multipart field {name}: {e}")))?;
+            let value = if blank == BlankFields::Absent && text.trim().is_empty() {
+                None
+            } else {
+                Some(text)
+            };
             match name.as_str() {
-                "name" => params.name = Some(text),
-                "labels" => params.labels = Some(text),
-                "commit" => params.commit = Some(text),
-                "job_url" => params.job_url = Some(text),
-                "gpu_name" => params.gpu_name = Some(text),
+                "name" => params.name = value.or(params.name),
+                "labels" => params.labels = value.or(params.labels),
+                "commit" => params.commit = value.or(params.commit),
+                "job_url" => params.job_url = value.or(params.job_url),
+                "gpu_name" => params.gpu_name = value.or(params.gpu_name),
                 other => {
                     return Err(ApiError::BadRequest(format!(
                         "multipart: unknown field `{other}` (expected file, name, labels, commit, job_url, gpu_name)"
@@ -277,14 +327,18 @@ pub async fn create_snapshot(
 
     // The same bytes again: the earlier upload, without reading them again.
     if let Some(row) = snapshots::find_by_content(&state.get().pool, team.id, &sha256).await? {
-        return Ok(answer(&state, &headers, row.id, row.status, false));
+        return Ok(Stored {
+            id: row.id,
+            status: row.status,
+            created: false,
+        });
     }
     if size == 0 {
         return Err(ApiError::Unprocessable(format!(
             "{name}: the file is empty"
         )));
     }
-    check_snapshot(&state, &name, &path).await?;
+    check_snapshot(state, &name, &path).await?;
     let key = blob::key_for(&sha256);
     state.get().blobs.put_file(&key, path).await?;
     let (row, created) = snapshots::insert_or_get(
@@ -304,7 +358,11 @@ pub async fn create_snapshot(
         metrics::counter!("oomlens_snapshots_created_total").increment(1);
         tracing::info!(snapshot = %row.id, team = team.name, size, "snapshot uploaded");
     }
-    Ok(answer(&state, &headers, row.id, row.status, created))
+    Ok(Stored {
+        id: row.id,
+        status: row.status,
+        created,
+    })
 }
 
 fn answer(

@@ -140,6 +140,15 @@ pub struct ServeArgs {
     /// Requests taking longer than this are answered 408.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub request_timeout_secs: u64,
+    /// The built web UI (`scripts/build-ui.sh` writes it; `pkg/oomlens.{js,wasm,css}`). Without
+    /// it the pages still render, unstyled and without scripts, and say how to build it.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "LEPTOS_SITE_ROOT",
+        default_value = "target/site"
+    )]
+    pub site_dir: PathBuf,
 }
 
 /// `oomlens admin …`.

@@ -91,7 +91,8 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         heavy: Semaphore::new(heavy),
         metrics,
     });
-    let app = api::router(state, Duration::from_secs(args.request_timeout_secs));
+    let site = crate::web::Site::find(&args.site_dir);
+    let app = api::router(state, Duration::from_secs(args.request_timeout_secs), &site);
     let shown = args.public_url.clone().unwrap_or(format!("http://{addr}"));
     // The first line of stdout: tests and scripts read the address from it.
     println!("oomlens: listening on http://{addr} (API docs: {shown}/api/v1/docs)");

@@ -1,0 +1,282 @@
+//! The data the pages show: plain serde types that the server fills (through [`crate::backend`])
+//! and that travel to the browser inside the page for hydration. No SQL, no server types.
+//!
+//! [`AnalysisView`] and [`WhatIfView`] read the stored JSON of `oomlens analyze --json` and
+//! `oomlens whatif --json` directly: their field names are that public contract, and fields the
+//! pages do not show are ignored.
+
+use serde::{Deserialize, Serialize};
+
+/// Filters and paging of the post-mortem list (the API's `name`, `status`, `cursor`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListQuery {
+    /// Exact upload name.
+    pub name: Option<String>,
+    /// `pending`, `ready` or `failed`.
+    pub status: Option<String>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// One row of the post-mortem list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotItem {
+    /// Id (UUID text).
+    pub id: String,
+    /// Upload name.
+    pub name: String,
+    /// Upload time, shown (`2026-12-02 18:29 UTC`).
+    pub created: String,
+    /// Upload time, RFC 3339 (for `<time datetime>`).
+    pub created_iso: String,
+    /// The GPU's name, when given at upload.
+    pub gpu: Option<String>,
+    /// Peak reserved bytes, when analysed.
+    pub peak_reserved_bytes: Option<u64>,
+    /// The run hit an OOM, when analysed.
+    pub oom: Option<bool>,
+    /// `pending`, `ready` or `failed`.
+    pub status: String,
+    /// Labels.
+    pub labels: Vec<String>,
+}
+
+/// A page of the team's post-mortems, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotList {
+    /// The rows.
+    pub items: Vec<SnapshotItem>,
+    /// The cursor of the next page, if there is one.
+    pub next_cursor: Option<String>,
+}
+
+/// One post-mortem: the upload, its status and, when ready, its analysis and stored what-ifs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PostMortem {
+    /// Id (UUID text).
+    pub id: String,
+    /// Upload name.
+    pub name: String,
+    /// `pending`, `ready` or `failed`.
+    pub status: String,
+    /// The reader's error when `failed`.
+    pub error: Option<String>,
+    /// Upload time, shown.
+    pub created: String,
+    /// Upload time, RFC 3339.
+    pub created_iso: String,
+    /// Labels.
+    pub labels: Vec<String>,
+    /// Run metadata: the commit.
+    pub commit: Option<String>,
+    /// Run metadata: the CI job's URL.
+    pub job_url: Option<String>,
+    /// Run metadata: the GPU's name.
+    pub gpu: Option<String>,
+    /// Uploaded size.
+    pub size_bytes: u64,
+    /// The analysis, when ready.
+    pub analysis: Option<AnalysisView>,
+    /// Stored what-if answers, oldest first.
+    pub whatifs: Vec<WhatIfView>,
+}
+
+/// The parts of `oomlens analyze --json` that the post-mortem page shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AnalysisView {
+    /// Trace events.
+    pub events: u64,
+    /// The peaks come from an allocator replay that reproduced the recording.
+    pub exact: bool,
+    /// How the figures were obtained.
+    pub method: String,
+    /// Per device: mid-run starts and notes.
+    pub devices: Vec<DeviceView>,
+    /// The peak.
+    pub peak: Option<PeakView>,
+    /// The out-of-memory error, if the run hit one.
+    pub oom: Option<OomView>,
+    /// Live bytes at the peak by category, in the report's order.
+    pub categories_at_peak: Option<Categories>,
+    /// The largest allocation sites live at the peak.
+    pub top_sites: Vec<SiteView>,
+    /// Free-space summaries at the peak and at the OOM.
+    pub fragmentation: Option<FragmentationView>,
+}
+
+/// One device of the analysis.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeviceView {
+    /// CUDA device index.
+    pub device: u32,
+    /// The trace starts mid-run (its start state was rebuilt).
+    pub starts_mid_run: bool,
+    /// What the reader noticed.
+    pub notes: Vec<String>,
+}
+
+/// The peak of the main device.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PeakView {
+    /// Peak allocated bytes.
+    pub allocated_bytes: u64,
+    /// The event of the allocated peak.
+    pub event_index: Option<u64>,
+    /// Reserved bytes at the allocated peak.
+    pub reserved_at_peak_bytes: u64,
+    /// Peak reserved bytes.
+    pub reserved_bytes: u64,
+    /// The training phase of the allocated peak.
+    pub phase: Option<String>,
+}
+
+/// The out-of-memory error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OomView {
+    /// CUDA device index.
+    pub device: u32,
+    /// The trace event that failed.
+    pub event_index: u64,
+    /// Bytes PyTorch asked for.
+    pub requested_bytes: u64,
+    /// Free device memory that CUDA reported.
+    pub device_free_bytes: u64,
+    /// Allocated bytes at the OOM.
+    pub allocated_bytes: u64,
+    /// Reserved bytes at the OOM.
+    pub reserved_bytes: u64,
+    /// The training phase.
+    pub phase: Option<String>,
+    /// The Python stack of the failed allocation, innermost first.
+    pub stack: Vec<String>,
+}
+
+/// Live bytes at the peak by category (the report's fixed set).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Categories {
+    /// Model parameters.
+    pub parameter: CategoryView,
+    /// Gradients.
+    pub gradient: CategoryView,
+    /// Optimizer state.
+    pub optimizer_state: CategoryView,
+    /// Activations saved for the backward.
+    pub activation: CategoryView,
+    /// Temporaries.
+    pub temporary: CategoryView,
+    /// Inputs.
+    pub input: CategoryView,
+    /// Not attributable.
+    pub unknown: CategoryView,
+}
+
+impl Categories {
+    /// `(name, total)` for every category, in the report's order.
+    pub fn rows(&self) -> [(&'static str, &CategoryView); 7] {
+        [
+            ("parameter", &self.parameter),
+            ("gradient", &self.gradient),
+            ("optimizer state", &self.optimizer_state),
+            ("activation", &self.activation),
+            ("temporary", &self.temporary),
+            ("input", &self.input),
+            ("unknown", &self.unknown),
+        ]
+    }
+}
+
+/// One category's live bytes at the peak.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CategoryView {
+    /// Bytes (allocator blocks).
+    pub bytes: u64,
+    /// Allocations.
+    pub count: u64,
+    /// The rule that puts an allocation in this category.
+    pub rule: String,
+}
+
+/// An allocation site live at the peak.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SiteView {
+    /// `file:line:function` of the first frame of user code.
+    pub site: String,
+    /// Bytes live at the peak.
+    pub bytes: u64,
+    /// Allocations.
+    pub count: u64,
+    /// Category.
+    pub category: String,
+    /// The whole stack, innermost first.
+    pub stack: Vec<String>,
+}
+
+/// Free-space summaries.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FragmentationView {
+    /// At the peak.
+    pub at_peak: Option<FragmentationAt>,
+    /// At the OOM.
+    pub at_oom: Option<FragmentationAt>,
+}
+
+/// A free-space summary at one event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FragmentationAt {
+    /// One paragraph.
+    pub summary: String,
+}
+
+/// A stored what-if answer (`oomlens whatif --json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WhatIfView {
+    /// The per-process limit asked about.
+    pub capacity_bytes: u64,
+    /// The snapshot ends at an OOM: every peak is a lower bound.
+    pub post_mortem: bool,
+    /// The run as recorded, under the limit.
+    pub baseline: Option<WhatIfOutcome>,
+    /// One row per remedy, cheapest first.
+    pub remedies: Vec<WhatIfOutcome>,
+}
+
+/// What one remedy (or the baseline) does to the peak.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WhatIfOutcome {
+    /// The remedy (`checkpoint`, `amp=bf16`, …); empty for the baseline.
+    pub remedy: String,
+    /// Predicted peak allocated bytes.
+    pub peak_allocated_bytes: u64,
+    /// Predicted peak reserved bytes.
+    pub peak_reserved_bytes: u64,
+    /// It fits under the limit.
+    pub fits: bool,
+    /// `replay` (exact: the allocator replayed with other settings) or `transform` (a model).
+    pub method: String,
+    /// The peak is a lower bound (the recording stops at the OOM).
+    pub lower_bound: bool,
+}
+
+impl WhatIfOutcome {
+    /// How the figure was obtained, in words: `replay` is exact (the allocator replayed with other
+    /// settings), `transform` a model (a changed trace); the baseline carries no method: it is
+    /// the recording itself, replayed under the limit.
+    pub fn fidelity(&self) -> &'static str {
+        match self.method.as_str() {
+            "replay" => "exact (replay)",
+            "" => "the recording, replayed",
+            _ => "model (transform)",
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Where the pages' data comes from: the [`Backend`] trait (server only) and the server
+//! functions that delegate to it in one line each.
+//!
+//! The server (`server/src/web/backend.rs`) implements [`Backend`] over its database, scoped to
+//! the team of the request's session, and provides it as `Arc<dyn Backend>` in the leptos
+//! context of each request; without a session there is none, and the functions answer
+//! "sign in first". This keeps the dependency arrow `server → app`: the app never sees SQL.
+
+use leptos::prelude::*;
+
+use crate::api::{ListQuery, PostMortem, SnapshotList};
+
+/// What a page may ask the server for, always about the session's team.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync {
+    /// The session's team name.
+    fn team(&self) -> String;
+    /// A page of the team's post-mortems.
+    async fn snapshots(&self, query: ListQuery) -> Result<SnapshotList, BackendError>;
+    /// One post-mortem; `None` when the team has no snapshot `id` (or `id` is not an id).
+    async fn post_mortem(&self, id: String) -> Result<Option<PostMortem>, BackendError>;
+}
+
+/// Why the backend could not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendError {
+    /// The request was wrong (a bad filter or cursor): the message says how.
+    BadRequest(String),
+    /// The database or another dependency is down, or a bug: details are in the server's log.
+    Failed(String),
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendError::BadRequest(m) | BackendError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+/// The message shown when a page is asked for without a session.
+pub const SIGN_IN_FIRST: &str = "sign in first";
+
+/// The request's backend.
+#[cfg(feature = "ssr")]
+fn backend() -> Result<std::sync::Arc<dyn Backend>, ServerFnError> {
+    use_context::<std::sync::Arc<dyn Backend>>().ok_or_else(|| ServerFnError::new(SIGN_IN_FIRST))
+}
+
+#[cfg(feature = "ssr")]
+fn to_sfn(e: BackendError) -> ServerFnError {
+    ServerFnError::new(e)
+}
+
+/// The signed-in team's name; `None` without a session.
+#[server(prefix = "/ui/fn")]
+pub async fn current_team() -> Result<Option<String>, ServerFnError> {
+    Ok(use_context::<std::sync::Arc<dyn Backend>>().map(|b| b.team()))
+}
+
+/// A page of the team's post-mortems.
+#[server(prefix = "/ui/fn")]
+pub async fn list_snapshots(query: ListQuery) -> Result<SnapshotList, ServerFnError> {
+    backend()?.snapshots(query).await.map_err(to_sfn)
+}
+
+/// One of the team's post-mortems; `None` when there is no such snapshot in the team.
+#[server(prefix = "/ui/fn")]
+pub async fn load_post_mortem(id: String) -> Result<Option<PostMortem>, ServerFnError> {
+    backend()?.post_mortem(id).await.map_err(to_sfn)
+}

@@ -1,0 +1,72 @@
+//! Small text helpers shared by the pages: sizes as PyTorch prints them, shares, query strings.
+
+use oomlens_engine::Bytes;
+
+/// `12.55 GiB`, as PyTorch's allocator messages print sizes.
+pub fn bytes(n: u64) -> String {
+    Bytes(n).to_string()
+}
+
+/// `part` as a percentage of `whole` with one decimal (`42.0 %`); `–` when `whole` is 0.
+pub fn share(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "–".to_string();
+    }
+    format!("{:.1} %", part as f64 * 100.0 / whole as f64)
+}
+
+/// Percent-encodes a query-string value (RFC 3986 unreserved characters stay).
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(char::from(b));
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// `?k=v&…` from the pairs whose value is not empty; `""` when none is.
+pub fn query(pairs: &[(&str, Option<&str>)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, v)| {
+            v.filter(|v| !v.is_empty())
+                .map(|v| format!("{k}={}", encode(v)))
+        })
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_pytorch_style() {
+        assert_eq!(bytes(1_048_576_000), "1000.00 MiB");
+        assert_eq!(bytes(10_605_297_664), "9.88 GiB");
+    }
+
+    #[test]
+    fn shares_have_one_decimal_and_survive_zero() {
+        assert_eq!(share(1, 3), "33.3 %");
+        assert_eq!(share(5, 0), "–");
+    }
+
+    #[test]
+    fn queries_skip_empty_values_and_encode() {
+        assert_eq!(query(&[("name", Some("")), ("status", None)]), "");
+        assert_eq!(
+            query(&[("name", Some("gpt step/1")), ("cursor", Some("12_ab"))]),
+            "?name=gpt%20step%2F1&cursor=12_ab"
+        );
+    }
+}

@@ -1,0 +1,549 @@
+//! `/snapshots/{id}`: the post-mortem. The verdict comes first (the OOM in one sentence, with its
+//! numbers), then the peaks, the diagnosis, the live bytes by category, the top allocation sites
+//! (each row opens to its stack with `<details>`, no script needed) and the stored what-if
+//! answers. Slots with ids `timeline`, `categories-chart`, `segments-chart` and `remedies-chart`
+//! hold the server's SVG figures. While the analysis runs, the page refreshes itself every second.
+
+use leptos::prelude::*;
+use leptos_meta::Meta;
+use leptos_router::hooks::use_params_map;
+
+use crate::api::{AnalysisView, PostMortem, WhatIfOutcome, WhatIfView};
+use crate::backend::load_post_mortem;
+use crate::components::{ChartSlot, Layout};
+use crate::format::{bytes, share};
+
+/// The post-mortem page.
+#[component]
+pub fn PostMortemPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").unwrap_or_default();
+    let pm = Resource::new(id, load_post_mortem);
+    #[cfg(feature = "ssr")]
+    let response = use_context::<leptos_axum::ResponseOptions>();
+    view! {
+        <Layout>
+            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                {move || {
+                    #[cfg(feature = "ssr")]
+                    let response = response.clone();
+                    Suspend::new(async move {
+                        match pm.await {
+                            Ok(Some(pm)) => view! { <PostMortemView pm=pm/> }.into_any(),
+                            Ok(None) => {
+                                #[cfg(feature = "ssr")]
+                                if let Some(r) = response {
+                                    r.set_status(http::StatusCode::NOT_FOUND);
+                                }
+                                view! { <MissingView/> }.into_any()
+                            }
+                            Err(e) => view! {
+                                <h1>"Post-mortem"</h1>
+                                <p class="error" role="alert">{e.to_string()}</p>
+                            }.into_any(),
+                        }
+                    })
+                }}
+            </Suspense>
+        </Layout>
+    }
+}
+
+/// No such post-mortem in the team (another team's is the same: nothing of it is shown).
+#[component]
+pub fn MissingView() -> impl IntoView {
+    view! {
+        <h1 data-testid="not-found">"No such post-mortem"</h1>
+        <p>"Your team has no snapshot with this id. " <a href="/snapshots">"Back to the post-mortems"</a></p>
+    }
+}
+
+/// One post-mortem, from its DTO.
+#[component]
+pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
+    let meta = RunMeta(pm.clone());
+    let body = match (pm.status.as_str(), pm.analysis) {
+        ("ready", Some(a)) => {
+            view! { <AnalysisSections id=pm.id.clone() a=a whatifs=pm.whatifs/> }.into_any()
+        }
+        ("failed", _) => view! {
+            <section class="verdict failed" data-testid="verdict">
+                <h2>"The analysis failed"</h2>
+                <p>{pm.error.unwrap_or_else(|| "no reason was recorded".into())}</p>
+            </section>
+        }
+        .into_any(),
+        _ => view! {
+            <Meta http_equiv="refresh" content="1"/>
+            <section class="verdict pending" data-testid="pending">
+                <h2>"Analysing…"</h2>
+                <p>"The snapshot was stored and is being analysed; this page refreshes every second."</p>
+            </section>
+        }
+        .into_any(),
+    };
+    view! {
+        <p class="crumbs"><a href="/snapshots">"Post-mortems"</a></p>
+        <h1>{pm.name}</h1>
+        {meta}
+        {body}
+    }
+}
+
+/// The upload's metadata line.
+#[allow(non_snake_case)]
+fn RunMeta(pm: PostMortem) -> impl IntoView {
+    view! {
+        <p class="meta">
+            <span>"uploaded " <time datetime=pm.created_iso>{pm.created}</time></span>
+            {pm.gpu.map(|g| view! { <span>"GPU " {g}</span> })}
+            {pm.commit.map(|c| view! { <span>"commit " <code>{c}</code></span> })}
+            {pm.job_url.map(|u| view! { <span><a href=u rel="external nofollow">"CI job"</a></span> })}
+            <span>{bytes(pm.size_bytes)} " uploaded"</span>
+            {pm.labels.into_iter().map(|l| view! { <span class="label">{l}</span> }).collect_view()}
+        </p>
+    }
+}
+
+/// The verdict in one sentence, with its numbers.
+pub fn verdict_sentence(a: &AnalysisView) -> String {
+    match &a.oom {
+        Some(o) => {
+            let phase = o
+                .phase
+                .as_deref()
+                .map(|p| format!(" ({p} phase)"))
+                .unwrap_or_default();
+            format!(
+                "Out of memory at event {} on GPU {}{phase}: PyTorch asked for {} while {} was allocated and {} reserved; CUDA reported {} free, so the request did not fit.",
+                o.event_index,
+                o.device,
+                bytes(o.requested_bytes),
+                bytes(o.allocated_bytes),
+                bytes(o.reserved_bytes),
+                bytes(o.device_free_bytes),
+            )
+        }
+        None => match &a.peak {
+            Some(p) => format!(
+                "No out-of-memory error in this run: it peaked at {} allocated and {} reserved.",
+                bytes(p.allocated_bytes),
+                bytes(p.reserved_bytes)
+            ),
+            None => "No out-of-memory error in this run.".to_string(),
+        },
+    }
+}
+
+/// Everything below the title of an analysed post-mortem.
+#[component]
+fn AnalysisSections(id: String, a: AnalysisView, whatifs: Vec<WhatIfView>) -> impl IntoView {
+    let sentence = verdict_sentence(&a);
+    let oom = a.oom.is_some();
+    let verdict_class = if oom { "verdict oom" } else { "verdict ok" };
+    let raised = a
+        .oom
+        .as_ref()
+        .and_then(|o| o.stack.first().cloned())
+        .map(|f| view! { <p class="where">"raised from " <code>{f}</code></p> });
+    let fidelity = if a.exact {
+        view! { <span class="badge good" title=a.method.clone()>"exact"</span> }.into_any()
+    } else {
+        view! { <span class="badge warn" title=a.method.clone()>"from the trace"</span> }.into_any()
+    };
+    let peak = a.peak.clone().unwrap_or_default();
+    let peak_where = match (peak.event_index, peak.phase.as_deref()) {
+        (Some(e), Some(p)) => format!("event {e}, {p} phase"),
+        (Some(e), None) => format!("event {e}"),
+        _ => String::new(),
+    };
+    let mut notes: Vec<String> = Vec::new();
+    if let Some(f) = a.fragmentation.as_ref() {
+        if let Some(at) = f.at_oom.as_ref().filter(|_| oom) {
+            notes.push(format!("At the OOM: {}", at.summary));
+        }
+        if let Some(at) = f.at_peak.as_ref() {
+            notes.push(format!("At the peak: {}", at.summary));
+        }
+    }
+    for d in &a.devices {
+        if d.starts_mid_run {
+            notes.push(format!(
+                "GPU {}: the trace starts mid-run; the state before it was rebuilt from the final segments.",
+                d.device
+            ));
+        }
+        notes.extend(d.notes.iter().map(|n| format!("GPU {}: {n}", d.device)));
+    }
+    let cats = a
+        .categories_at_peak
+        .clone()
+        .map(|c| {
+            let mut rows: Vec<(&'static str, u64, u64, String)> = c
+                .rows()
+                .into_iter()
+                .filter(|(_, t)| t.count > 0 || t.bytes > 0)
+                .map(|(n, t)| (n, t.bytes, t.count, t.rule.clone()))
+                .collect();
+            rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+            rows
+        })
+        .unwrap_or_default();
+    let total: u64 = cats.iter().map(|r| r.1).sum();
+    view! {
+        <section class=verdict_class data-testid="verdict">
+            <h2>{if oom { "Ran out of memory" } else { "Fits" }}</h2>
+            <p class="sentence">{sentence}</p>
+            {raised}
+        </section>
+        <section class="figures">
+            <dl class="stats">
+                <div>
+                    <dt>"Peak allocated"</dt>
+                    <dd class="num" data-testid="peak-allocated">{bytes(peak.allocated_bytes)}</dd>
+                    <dd class="sub">{peak_where}</dd>
+                </div>
+                <div>
+                    <dt>"Reserved at that peak"</dt>
+                    <dd class="num">{bytes(peak.reserved_at_peak_bytes)}</dd>
+                </div>
+                <div>
+                    <dt>"Peak reserved"</dt>
+                    <dd class="num" data-testid="peak-reserved">{bytes(peak.reserved_bytes)}</dd>
+                </div>
+                <div>
+                    <dt>"Figures"</dt>
+                    <dd>{fidelity}</dd>
+                    <dd class="sub">{format!("{} trace events", a.events)}</dd>
+                </div>
+            </dl>
+            <ChartSlot element_id="timeline" snapshot=id.clone() figure="timeline"
+                alt="Allocated and reserved memory over the trace"/>
+        </section>
+        {(!notes.is_empty()).then(|| view! {
+            <section class="diagnosis">
+                <h2>"Diagnosis"</h2>
+                <ul>{notes.into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}</ul>
+            </section>
+        })}
+        <section>
+            <h2>"Live at the peak, by category"</h2>
+            <div>
+                <table class="data" data-testid="categories">
+                    <thead><tr>
+                        <th scope="col">"Category"</th>
+                        <th scope="col" class="num">"Bytes"</th>
+                        <th scope="col" class="num">"Share"</th>
+                        <th scope="col" class="num">"Allocations"</th>
+                    </tr></thead>
+                    <tbody>
+                        {cats.into_iter().map(|(name, b, count, rule)| view! {
+                            <tr>
+                                <th scope="row" title=rule>{name}</th>
+                                <td class="num">{bytes(b)}</td>
+                                <td class="num">{share(b, total)}</td>
+                                <td class="num">{count}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+                <ChartSlot element_id="categories-chart" snapshot=id.clone() figure="categories"
+                    alt="Live bytes at the peak by category"/>
+            </div>
+        </section>
+        <section>
+            <h2>"Top allocation sites at the peak"</h2>
+            <table class="data sites" data-testid="sites">
+                <thead><tr>
+                    <th scope="col">"Site (open for the stack)"</th>
+                    <th scope="col">"Category"</th>
+                    <th scope="col" class="num">"Bytes"</th>
+                    <th scope="col" class="num">"Allocations"</th>
+                </tr></thead>
+                <tbody>
+                    {a.top_sites.into_iter().map(|s| view! {
+                        <tr>
+                            <td>
+                                <details>
+                                    <summary><code>{s.site}</code></summary>
+                                    <ol class="stack">
+                                        {s.stack.into_iter().map(|f| view! { <li><code>{f}</code></li> }).collect_view()}
+                                    </ol>
+                                </details>
+                            </td>
+                            <td>{s.category}</td>
+                            <td class="num">{bytes(s.bytes)}</td>
+                            <td class="num">{s.count}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </section>
+        <section>
+            <h2>"Memory segments"</h2>
+            <ChartSlot element_id="segments-chart" snapshot=id.clone() figure="segments"
+                alt="The allocator's segments and blocks"/>
+        </section>
+        <WhatIfs id=id whatifs=whatifs/>
+    }
+}
+
+/// The stored what-if answers.
+#[component]
+fn WhatIfs(id: String, whatifs: Vec<WhatIfView>) -> impl IntoView {
+    let any = !whatifs.is_empty();
+    view! {
+        <section class="whatifs" data-testid="whatifs">
+            <h2>"What if…"</h2>
+            {if any {
+                whatifs.into_iter().map(|w| view! { <WhatIfTable w=w/> }).collect_view().into_any()
+            } else {
+                view! {
+                    <p class="hint">
+                        "No what-if answers stored yet. Ask with "
+                        <code>{format!("POST /api/v1/snapshots/{id}/whatif")}</code>
+                        " or " <code>"oomlens upload --capacity 80GiB"</code> "."
+                    </p>
+                }.into_any()
+            }}
+            <figure id="remedies-chart" class="chart">
+                {any.then(|| view! {
+                    <img src=format!("/figures/snapshots/{id}/remedies.svg")
+                        alt="Predicted peak of each remedy against the limit" loading="lazy"/>
+                })}
+            </figure>
+        </section>
+    }
+}
+
+/// One what-if answer: the baseline, then each remedy.
+#[component]
+fn WhatIfTable(w: WhatIfView) -> impl IntoView {
+    let row = |label: String, o: WhatIfOutcome| {
+        let peak = format!(
+            "{}{}",
+            if o.lower_bound { "≥ " } else { "" },
+            bytes(o.peak_reserved_bytes)
+        );
+        let fits = if o.fits {
+            view! { <span class="badge good">"fits"</span> }.into_any()
+        } else {
+            view! { <span class="badge bad">"does not fit"</span> }.into_any()
+        };
+        let fidelity = o.fidelity();
+        view! {
+            <tr>
+                <th scope="row"><code>{label}</code></th>
+                <td class="num">{peak}</td>
+                <td>{fits}</td>
+                <td>{fidelity}</td>
+            </tr>
+        }
+    };
+    let caption = format!(
+        "Under a limit of {}{}",
+        bytes(w.capacity_bytes),
+        if w.post_mortem {
+            " — the recording stops at the OOM, so peaks are lower bounds"
+        } else {
+            ""
+        }
+    );
+    let baseline = w
+        .baseline
+        .clone()
+        .map(|b| row("as recorded".to_string(), b));
+    let rows = w
+        .remedies
+        .into_iter()
+        .map(|r| row(r.remedy.clone(), r))
+        .collect_view();
+    view! {
+        <table class="data">
+            <caption>{caption}</caption>
+            <thead><tr>
+                <th scope="col">"Remedy"</th>
+                <th scope="col" class="num">"Predicted peak reserved"</th>
+                <th scope="col">"Fits"</th>
+                <th scope="col">"Figure"</th>
+            </tr></thead>
+            <tbody>{baseline}{rows}</tbody>
+        </table>
+    }
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::*;
+    use crate::api::{Categories, CategoryView, OomView, PeakView, SiteView};
+
+    fn analysed() -> PostMortem {
+        let a = AnalysisView {
+            events: 556,
+            exact: true,
+            method: "replay".into(),
+            devices: vec![],
+            peak: Some(PeakView {
+                allocated_bytes: 10_583_607_296,
+                event_index: Some(547),
+                reserved_at_peak_bytes: 10_605_297_664,
+                reserved_bytes: 10_605_297_664,
+                phase: Some("backward".into()),
+            }),
+            oom: Some(OomView {
+                device: 0,
+                event_index: 553,
+                requested_bytes: 1_048_576_000,
+                device_free_bytes: 116_344_553_472,
+                allocated_bytes: 10_583_541_248,
+                reserved_bytes: 10_584_326_144,
+                phase: Some("backward".into()),
+                stack: vec!["/opt/job/train.py:94:loss_fn".into()],
+            }),
+            categories_at_peak: Some(Categories {
+                activation: CategoryView {
+                    bytes: 3,
+                    count: 2,
+                    rule: "saved".into(),
+                },
+                parameter: CategoryView {
+                    bytes: 1,
+                    count: 1,
+                    rule: "params".into(),
+                },
+                ..Categories::default()
+            }),
+            top_sites: vec![SiteView {
+                site: "/opt/job/train.py:69:forward".into(),
+                bytes: 4_027_318_272,
+                count: 72,
+                category: "activation".into(),
+                stack: vec!["torch/nn/modules/linear.py:134:forward".into()],
+            }],
+            fragmentation: None,
+        };
+        PostMortem {
+            id: "0b6f".into(),
+            name: "gpt-step".into(),
+            status: "ready".into(),
+            error: None,
+            created: "2026-12-02 18:29 UTC".into(),
+            created_iso: "2026-12-02T18:29:00Z".into(),
+            labels: vec!["nightly".into()],
+            commit: Some("abc123".into()),
+            job_url: None,
+            gpu: None,
+            size_bytes: 81_049,
+            analysis: Some(a),
+            whatifs: vec![WhatIfView {
+                capacity_bytes: 10_737_418_240,
+                post_mortem: true,
+                baseline: Some(WhatIfOutcome {
+                    remedy: String::new(),
+                    peak_reserved_bytes: 11_632_902_144,
+                    fits: false,
+                    method: "replay".into(),
+                    lower_bound: true,
+                    ..WhatIfOutcome::default()
+                }),
+                remedies: vec![WhatIfOutcome {
+                    remedy: "checkpoint".into(),
+                    peak_reserved_bytes: 6_077_546_496,
+                    fits: true,
+                    method: "transform".into(),
+                    lower_bound: true,
+                    ..WhatIfOutcome::default()
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn the_verdict_comes_first_with_its_numbers() {
+        let html = crate::render(|| view! { <PostMortemView pm=analysed()/> });
+        let verdict = html.find("data-testid=\"verdict\"").expect("a verdict");
+        let categories = html.find("data-testid=\"categories\"").expect("categories");
+        assert!(verdict < categories, "verdict first");
+        assert!(
+            html.contains("Out of memory at event 553 on GPU 0 (backward phase): PyTorch asked for 1000.00 MiB while 9.86 GiB was allocated and 9.86 GiB reserved; CUDA reported 108.35 GiB free"),
+            "{html}"
+        );
+        assert!(html.contains("9.88 GiB"), "{html}");
+        assert!(html.contains("/opt/job/train.py:94:loss_fn"), "{html}");
+    }
+
+    #[test]
+    fn categories_have_shares_and_sites_open_to_their_stack() {
+        let html = crate::render(|| view! { <PostMortemView pm=analysed()/> });
+        assert!(html.contains("75.0 %") && html.contains("25.0 %"), "{html}");
+        assert!(
+            !html.contains(">gradient<"),
+            "empty categories are left out: {html}"
+        );
+        assert!(
+            html.contains("<details><summary><code>/opt/job/train.py:69:forward"),
+            "{html}"
+        );
+        assert!(
+            html.contains("torch/nn/modules/linear.py:134:forward"),
+            "{html}"
+        );
+        assert!(html.contains("3.75 GiB"), "{html}");
+    }
+
+    #[test]
+    fn chart_slots_point_at_the_server_figures() {
+        let html = crate::render(|| view! { <PostMortemView pm=analysed()/> });
+        for (slot, fig) in [
+            ("timeline", "timeline"),
+            ("categories-chart", "categories"),
+            ("segments-chart", "segments"),
+            ("remedies-chart", "remedies"),
+        ] {
+            assert!(html.contains(&format!("id=\"{slot}\"")), "{slot}: {html}");
+            assert!(
+                html.contains(&format!("/figures/snapshots/0b6f/{fig}.svg")),
+                "{fig}: {html}"
+            );
+        }
+    }
+
+    #[test]
+    fn whatifs_show_fit_and_fidelity() {
+        let html = crate::render(|| view! { <PostMortemView pm=analysed()/> });
+        assert!(
+            html.contains("Under a limit of <!-- -->10.00 GiB")
+                || html.contains("Under a limit of 10.00 GiB"),
+            "{html}"
+        );
+        assert!(html.contains("≥ 5.66 GiB"), "{html}");
+        assert!(
+            html.contains("model (transform)") && html.contains("exact (replay)"),
+            "{html}"
+        );
+        assert!(html.contains("does not fit"), "{html}");
+    }
+
+    #[test]
+    fn a_pending_post_mortem_refreshes_itself() {
+        let mut pm = analysed();
+        pm.status = "pending".into();
+        pm.analysis = None;
+        let html = crate::render(move || view! { <PostMortemView pm=pm/> });
+        assert!(html.contains("Analysing…"), "{html}");
+        assert!(!html.contains("data-testid=\"verdict\""), "{html}");
+    }
+
+    #[test]
+    fn a_failed_analysis_shows_the_reason() {
+        let mut pm = analysed();
+        pm.status = "failed".into();
+        pm.analysis = None;
+        pm.error = Some("not a snapshot".into());
+        let html = crate::render(move || view! { <PostMortemView pm=pm/> });
+        assert!(
+            html.contains("The analysis failed") && html.contains("not a snapshot"),
+            "{html}"
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! The web UI end to end, without JavaScript: a real `oomlens serve`, driven with plain HTTP the
+//! way a browser without scripts drives it — sign in through the form (the cookie), upload
+//! through the form, follow the redirects, read the pages' HTML and check their numbers against
+//! the API's JSON. Needs the built site (scripts/test.sh runs scripts/build-ui.sh first).
+
+use std::time::{Duration, Instant};
+
+use oomlens_e2e::server::{TestServer, unique, wait_analysed};
+use oomlens_e2e::workspace;
+use oomlens_engine::Bytes;
+use reqwest::StatusCode;
+use reqwest::blocking::{Client, Response, multipart};
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use serde_json::Value;
+
+const SNAP: &str = "engine/tests/data/replay/gpt__baseline__cap10.pickle.gz";
+
+/// A client that does not follow redirects (the tests check them) and keeps no cookies.
+fn browser() -> Client {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("an HTTP client")
+}
+
+fn location(r: &Response) -> String {
+    r.headers()
+        .get(LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+fn set_cookie(r: &Response) -> String {
+    r.headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Signs in through the form; the `Cookie` header value to send from then on.
+fn sign_in(s: &TestServer, token: &str) -> String {
+    let r = browser()
+        .post(s.url("/login"))
+        .form(&[("token", token)])
+        .send()
+        .expect("POST /login");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&r), "/snapshots");
+    let cookie = set_cookie(&r);
+    let pair = cookie.split(';').next().unwrap_or("").trim().to_string();
+    assert!(pair.starts_with("oomlens_token="), "{cookie}");
+    pair
+}
+
+/// GET with the session cookie: status and body.
+fn page(s: &TestServer, cookie: &str, path: &str) -> (StatusCode, String) {
+    let r = browser()
+        .get(s.url(path))
+        .header(COOKIE, cookie)
+        .send()
+        .expect("GET page");
+    let code = r.status();
+    (code, r.text().expect("page text"))
+}
+
+/// The text of the element with `data-testid` = `id` (up to its first child element).
+fn text_of(html: &str, id: &str) -> String {
+    let at = html
+        .find(&format!("data-testid=\"{id}\""))
+        .unwrap_or_else(|| panic!("no element {id}: {html}"));
+    let rest = &html[at..];
+    let start = rest.find('>').map_or(rest.len(), |i| i + 1);
+    let end = rest[start..].find('<').map_or(rest.len(), |i| start + i);
+    rest[start..end].to_string()
+}
+
+fn upload_form(s: &TestServer, cookie: &str, data: Vec<u8>, name: &str) -> Response {
+    let form = multipart::Form::new()
+        .part(
+            "file",
+            multipart::Part::bytes(data).file_name("oom.pickle.gz"),
+        )
+        .text("name", name.to_string());
+    browser()
+        .post(s.url("/upload"))
+        .header(COOKIE, cookie)
+        .multipart(form)
+        .send()
+        .expect("POST /upload")
+}
+
+#[test]
+fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
+    let s = TestServer::start(&[]);
+    let team = unique("web-a");
+    let token = s.token(&team);
+
+    // Without a cookie: every page with team data goes to the sign-in page.
+    for path in [
+        "/",
+        "/snapshots",
+        "/upload",
+        "/snapshots/00000000-0000-0000-0000-000000000000",
+    ] {
+        let r = browser().get(s.url(path)).send().expect("GET");
+        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(location(&r), "/login", "{path}");
+    }
+    let (code, login) = page(&s, "", "/login");
+    assert_eq!(code, StatusCode::OK);
+    assert!(login.contains("name=\"token\""), "{login}");
+    assert!(
+        login.contains("/pkg/oomlens.js"),
+        "the site is not built: run scripts/build-ui.sh first: {login}"
+    );
+
+    // A bad token: back to the form, with an error.
+    let r = browser()
+        .post(s.url("/login"))
+        .form(&[("token", "oomlens_nope")])
+        .send()
+        .expect("POST /login");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&r), "/login?error=invalid");
+    assert!(set_cookie(&r).is_empty());
+    let (_, again) = page(&s, "", "/login?error=invalid");
+    assert!(again.contains("That token is not valid"), "{again}");
+
+    // The cookie: HttpOnly, SameSite=Lax, Path=/, Secure only behind https.
+    let r = browser()
+        .post(s.url("/login"))
+        .form(&[("token", token.as_str())])
+        .send()
+        .expect("POST /login");
+    let c = set_cookie(&r);
+    for attr in ["HttpOnly", "SameSite=Lax", "Path=/"] {
+        assert!(c.contains(attr), "{attr}: {c}");
+    }
+    assert!(!c.contains("Secure"), "{c}");
+    let r = browser()
+        .post(s.url("/login"))
+        .header("x-forwarded-proto", "https")
+        .form(&[("token", token.as_str())])
+        .send()
+        .expect("POST /login");
+    assert!(set_cookie(&r).contains("; Secure"), "{}", set_cookie(&r));
+
+    let cookie = sign_in(&s, &token);
+    let r = browser()
+        .get(s.url("/"))
+        .header(COOKIE, &cookie)
+        .send()
+        .expect("GET /");
+    assert_eq!(location(&r), "/snapshots");
+    let (code, list) = page(&s, &cookie, "/snapshots");
+    assert_eq!(code, StatusCode::OK);
+    assert!(list.contains(&team), "the header names the team: {list}");
+    assert!(list.contains("No post-mortems yet"), "{list}");
+
+    // A file that is not a snapshot: back to the form with the reader's error.
+    let r = upload_form(&s, &cookie, b"hello, not a pickle".to_vec(), "junk");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let back = location(&r);
+    assert!(back.starts_with("/upload?error="), "{back}");
+    let (_, form) = page(&s, &cookie, &back);
+    assert!(
+        form.contains("not a snapshot"),
+        "the reader's error: {form}"
+    );
+
+    // Upload through the form: to the post-mortem page, which analyses, then shows the verdict.
+    let r = upload_form(
+        &s,
+        &cookie,
+        std::fs::read(workspace().join(SNAP)).expect("data"),
+        "gpt-web",
+    );
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let to = location(&r);
+    let id = to
+        .strip_prefix("/snapshots/")
+        .expect("redirected to the post-mortem")
+        .to_string();
+    let t0 = Instant::now();
+    let html = loop {
+        let (code, html) = page(&s, &cookie, &to);
+        assert_eq!(code, StatusCode::OK, "{html}");
+        if !html.contains("data-testid=\"pending\"") {
+            break html;
+        }
+        assert!(
+            html.contains("http-equiv=\"refresh\""),
+            "a pending page refreshes itself: {html}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(120), "still analysing");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    // The page's numbers are the API's.
+    let api = wait_analysed(&s, &token, &id);
+    assert_eq!(api["status"], "ready", "{api}");
+    assert_eq!(api["name"], "gpt-web");
+    let a = &api["analysis"];
+    let b = |v: &Value| Bytes(v.as_u64().expect("a byte count")).to_string();
+    let oom = &a["oom"];
+    let sentence = format!(
+        "Out of memory at event {} on GPU {} ({} phase): PyTorch asked for {} while {} was allocated and {} reserved; CUDA reported {} free",
+        oom["event_index"],
+        oom["device"],
+        oom["phase"].as_str().expect("phase"),
+        b(&oom["requested_bytes"]),
+        b(&oom["allocated_bytes"]),
+        b(&oom["reserved_bytes"]),
+        b(&oom["device_free_bytes"]),
+    );
+    assert!(html.contains(&sentence), "{sentence}\n---\n{html}");
+    let verdict = html.find("data-testid=\"verdict\"").expect("verdict");
+    assert!(verdict < html.find("data-testid=\"categories\"").expect("categories"));
+    assert_eq!(
+        text_of(&html, "peak-allocated"),
+        b(&a["peak"]["allocated_bytes"])
+    );
+    assert_eq!(
+        text_of(&html, "peak-reserved"),
+        b(&a["peak"]["reserved_bytes"])
+    );
+    let site = a["top_sites"][0]["site"].as_str().expect("a top site");
+    assert!(
+        html.contains(&format!("<summary><code>{site}</code></summary>")),
+        "{html}"
+    );
+    assert!(html.contains(&b(&a["top_sites"][0]["bytes"])));
+    let activation = b(&a["categories_at_peak"]["activation"]["bytes"]);
+    assert!(
+        html.contains(&format!("<td class=\"num\">{activation}</td>")),
+        "{html}"
+    );
+    for slot in [
+        "timeline",
+        "categories-chart",
+        "segments-chart",
+        "remedies-chart",
+    ] {
+        assert!(html.contains(&format!("id=\"{slot}\"")), "{slot}");
+    }
+
+    // The list shows it, with its peak; filters narrow it.
+    let (_, list) = page(&s, &cookie, "/snapshots");
+    assert!(
+        list.contains(&format!("href=\"/snapshots/{id}\"")),
+        "{list}"
+    );
+    assert!(
+        list.contains(&b(&api["summary"]["peak_reserved_bytes"])),
+        "{list}"
+    );
+    let (_, failed) = page(&s, &cookie, "/snapshots?status=failed");
+    assert!(
+        !failed.contains(&id) && failed.contains("No post-mortem matches"),
+        "{failed}"
+    );
+    let (_, named) = page(&s, &cookie, "/snapshots?name=gpt-web");
+    assert!(named.contains(&id), "{named}");
+
+    // Another team: a 404 page with none of it.
+    let other = sign_in(&s, &s.token(&unique("web-b")));
+    let (code, theirs) = page(&s, &other, &to);
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(theirs.contains("No such post-mortem"), "{theirs}");
+    for secret in ["gpt-web", site, &sentence] {
+        assert!(!theirs.contains(secret), "{secret} leaked: {theirs}");
+    }
+    let (_, their_list) = page(&s, &other, "/snapshots");
+    assert!(!their_list.contains(&id));
+    let (code, _) = page(&s, &other, "/snapshots/not-an-id");
+    assert_eq!(code, StatusCode::NOT_FOUND);
+
+    // The browser half is served.
+    let r = browser()
+        .get(s.url("/pkg/oomlens.wasm"))
+        .send()
+        .expect("wasm");
+    assert_eq!(r.status(), StatusCode::OK, "run scripts/build-ui.sh first");
+    assert_eq!(
+        r.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/wasm")
+    );
+
+    // Sign out: the cookie is cleared.
+    let r = browser()
+        .post(s.url("/logout"))
+        .header(COOKIE, &cookie)
+        .send()
+        .expect("POST /logout");
+    assert_eq!(location(&r), "/login");
+    assert!(set_cookie(&r).contains("Max-Age=0"), "{}", set_cookie(&r));
+}
+
+#[test]
+fn without_a_built_site_the_pages_say_how_to_build_it_and_the_api_works() {
+    let missing = std::env::temp_dir().join(unique("no-site"));
+    let s = TestServer::start(&["--site-dir", &missing.to_string_lossy()]);
+    let (code, login) = page(&s, "", "/login");
+    assert_eq!(code, StatusCode::OK);
+    assert!(
+        login.contains("The UI was not built: run scripts/build-ui.sh"),
+        "{login}"
+    );
+    assert!(!login.contains("/pkg/oomlens.js"), "{login}");
+    let r = browser().get(s.url("/health")).send().expect("health");
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[test]
+fn a_post_mortem_being_analysed_refreshes_itself() {
+    // No workers: the upload stays pending.
+    let s = TestServer::start(&["--workers", "0"]);
+    let cookie = sign_in(&s, &s.token(&unique("web-pending")));
+    let r = upload_form(
+        &s,
+        &cookie,
+        std::fs::read(workspace().join(SNAP)).expect("data"),
+        "",
+    );
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let to = location(&r);
+    let (code, html) = page(&s, &cookie, &to);
+    assert_eq!(code, StatusCode::OK);
+    assert!(html.contains("data-testid=\"pending\""), "{html}");
+    let head_end = html.find("</head>").expect("a head");
+    let refresh = html
+        .find("<meta http-equiv=\"refresh\" content=\"1\">")
+        .expect("a refresh");
+    assert!(refresh < head_end, "the refresh is in the head: {html}");
+    // A blank name field means "no name": the file's name is used, as in the API.
+    assert!(html.contains("<h1>oom.pickle.gz</h1>"), "{html}");
+}
