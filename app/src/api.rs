@@ -50,6 +50,82 @@ pub struct SnapshotList {
     pub next_cursor: Option<String>,
 }
 
+/// The part of the trace a post-mortem page shows: `?from=&to=` (event indices, `to`
+/// exclusive); both absent for the whole trace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Zoom {
+    /// First event shown.
+    pub from: Option<u64>,
+    /// End of the range shown (exclusive).
+    pub to: Option<u64>,
+}
+
+impl Zoom {
+    /// The query string that asks for this range (`?from=10&to=20`), empty for the whole trace.
+    pub fn query(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(f) = self.from {
+            parts.push(format!("from={f}"));
+        }
+        if let Some(t) = self.to {
+            parts.push(format!("to={t}"));
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", parts.join("&"))
+        }
+    }
+
+    /// Whether a range is asked for.
+    pub fn is_zoomed(&self) -> bool {
+        self.from.is_some() || self.to.is_some()
+    }
+}
+
+/// A chart drawn on the server as SVG, in both palettes: the stylesheet shows the one that
+/// matches the reader's colour scheme.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figure {
+    /// The SVG document in the light palette.
+    pub light: String,
+    /// The SVG document in the dark palette.
+    pub dark: String,
+}
+
+/// A zoomed range of the trace and its peak.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeView {
+    /// First event shown.
+    pub from: u64,
+    /// End of the range (exclusive).
+    pub to: u64,
+    /// The largest allocated bytes in the range.
+    pub peak_allocated_bytes: u64,
+    /// The largest reserved bytes in the range.
+    pub peak_reserved_bytes: u64,
+}
+
+/// The charts of a post-mortem, drawn on the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Where the chart files are (`/figures/snapshots/{id}` or `/s/{secret}/figures`):
+    /// `{base}/timeline.svg`, `{base}/timeline.png`, …
+    pub base: String,
+    /// Allocated and reserved over the trace (or the zoomed range).
+    pub timeline: Option<Figure>,
+    /// Live bytes at the peak by category.
+    pub categories: Option<Figure>,
+    /// The allocator's segments and blocks at the OOM.
+    pub segments: Option<Figure>,
+    /// The latest what-if's remedies against the limit.
+    pub remedies: Option<Figure>,
+    /// Events in the trace of the main device.
+    pub events: u64,
+    /// The zoomed range shown, if any.
+    pub range: Option<RangeView>,
+}
+
 /// One post-mortem: the upload, its status and, when ready, its analysis and stored what-ifs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PostMortem {
@@ -79,6 +155,12 @@ pub struct PostMortem {
     pub analysis: Option<AnalysisView>,
     /// Stored what-if answers, oldest first.
     pub whatifs: Vec<WhatIfView>,
+    /// The charts, when ready.
+    pub figures: Figures,
+    /// Seen through a share link: read-only, no team navigation.
+    pub shared: bool,
+    /// The range asked for.
+    pub zoom: Zoom,
 }
 
 /// The parts of `oomlens analyze --json` that the post-mortem page shows.
@@ -266,9 +348,19 @@ pub struct WhatIfOutcome {
     pub method: String,
     /// The peak is a lower bound (the recording stops at the OOM).
     pub lower_bound: bool,
+    /// For a lower bound: the whole run's peak, estimated from the part before the OOM.
+    pub estimated_peak_reserved_bytes: Option<u64>,
 }
 
 impl WhatIfOutcome {
+    /// The peak the page ranks and draws by: the estimate where the recording stops early.
+    pub fn shown_peak(&self) -> u64 {
+        match (self.lower_bound, self.estimated_peak_reserved_bytes) {
+            (true, Some(e)) => e,
+            _ => self.peak_reserved_bytes,
+        }
+    }
+
     /// How the figure was obtained, in words: `replay` is exact (the allocator replayed with other
     /// settings), `transform` a model (a changed trace); the baseline carries no method: it is
     /// the recording itself, replayed under the limit.

@@ -8,7 +8,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::{ListQuery, PostMortem, SnapshotList};
+use crate::api::{ListQuery, PostMortem, SnapshotList, Zoom};
 
 /// What a page may ask the server for, always about the session's team.
 #[cfg(feature = "ssr")]
@@ -18,8 +18,23 @@ pub trait Backend: Send + Sync {
     fn team(&self) -> String;
     /// A page of the team's post-mortems.
     async fn snapshots(&self, query: ListQuery) -> Result<SnapshotList, BackendError>;
-    /// One post-mortem; `None` when the team has no snapshot `id` (or `id` is not an id).
-    async fn post_mortem(&self, id: String) -> Result<Option<PostMortem>, BackendError>;
+    /// One post-mortem, its charts drawn for `zoom`; `None` when the team has no snapshot `id`
+    /// (or `id` is not an id).
+    async fn post_mortem(&self, id: String, zoom: Zoom)
+    -> Result<Option<PostMortem>, BackendError>;
+}
+
+/// What a page may ask without a session: a post-mortem through its share link.
+#[cfg(feature = "ssr")]
+#[async_trait::async_trait]
+pub trait SharedBackend: Send + Sync {
+    /// The post-mortem that share link `secret` opens (read-only, charts for `zoom`); `None` for
+    /// an unknown or revoked link.
+    async fn shared_post_mortem(
+        &self,
+        secret: String,
+        zoom: Zoom,
+    ) -> Result<Option<PostMortem>, BackendError>;
 }
 
 /// Why the backend could not answer.
@@ -69,6 +84,17 @@ pub async fn list_snapshots(query: ListQuery) -> Result<SnapshotList, ServerFnEr
 
 /// One of the team's post-mortems; `None` when there is no such snapshot in the team.
 #[server(prefix = "/ui/fn")]
-pub async fn load_post_mortem(id: String) -> Result<Option<PostMortem>, ServerFnError> {
-    backend()?.post_mortem(id).await.map_err(to_sfn)
+pub async fn load_post_mortem(id: String, zoom: Zoom) -> Result<Option<PostMortem>, ServerFnError> {
+    backend()?.post_mortem(id, zoom).await.map_err(to_sfn)
+}
+
+/// The post-mortem of a share link; `None` for an unknown or revoked link.
+#[server(prefix = "/ui/fn")]
+pub async fn load_shared(secret: String, zoom: Zoom) -> Result<Option<PostMortem>, ServerFnError> {
+    let shared = use_context::<std::sync::Arc<dyn SharedBackend>>()
+        .ok_or_else(|| ServerFnError::new("share links are not served here"))?;
+    shared
+        .shared_post_mortem(secret, zoom)
+        .await
+        .map_err(to_sfn)
 }

@@ -1,8 +1,9 @@
-//! The frame of every page: the header (product, team, navigation, sign out) and the chart slots
-//! that the server fills with its SVG figures.
+//! The frame of every page (the header: product, team, navigation, sign out) and the inline
+//! charts that the server draws.
 
 use leptos::prelude::*;
 
+use crate::api::Figure;
 use crate::backend::current_team;
 
 /// The page frame for signed-in pages: the header with the team's name, then `children`.
@@ -48,24 +49,35 @@ pub fn BareHeader() -> impl IntoView {
     }
 }
 
-/// A slot for a figure drawn on the server (`/figures/snapshots/{id}/{name}.svg`). The image may
-/// not exist (yet): the alt text stands in and the page stays whole.
+/// A chart drawn on the server, inline: its SVG in both palettes (the stylesheet shows the one
+/// that matches the reader's colour scheme), readable without JavaScript, with links to the same
+/// chart as an SVG and a PNG file. Nothing is rendered when there is no figure.
 #[component]
-pub fn ChartSlot(
+pub fn ChartFigure(
     /// The element id (`timeline`, `categories-chart`, …), which browser tests and styles use.
-    /// (Not `slot`: that name is leptos's slot syntax.)
     element_id: &'static str,
-    /// The snapshot.
-    snapshot: String,
-    /// The figure's file name without `.svg`.
-    figure: &'static str,
-    /// What the figure shows.
-    alt: &'static str,
+    /// The drawn chart.
+    figure: Option<Figure>,
+    /// Where the chart files are (`/figures/snapshots/{id}`).
+    base: String,
+    /// The chart's file name without extension (`timeline`).
+    name: &'static str,
+    /// The query string of the range shown (`?from=…&to=…`), or empty.
+    #[prop(optional)]
+    query: String,
 ) -> impl IntoView {
-    let src = format!("/figures/snapshots/{snapshot}/{figure}.svg");
-    view! {
-        <figure id=element_id class="chart">
-            <img src=src alt=alt loading="lazy"/>
-        </figure>
-    }
+    figure.map(|f| {
+        let svg = format!("{base}/{name}.svg{query}");
+        let png = format!("{base}/{name}.png{query}");
+        view! {
+            <figure id=element_id class="chart">
+                <div class="svg light" inner_html=f.light></div>
+                <div class="svg dark" inner_html=f.dark></div>
+                <figcaption class="downloads">
+                    "Download " <a href=svg download rel="external">"SVG"</a>
+                    " · " <a href=png download rel="external">"PNG"</a>
+                </figcaption>
+            </figure>
+        }
+    })
 }

@@ -27,6 +27,7 @@ use leptos_router::{SsrMode, path};
 use pages::NotFoundPage;
 use pages::login::LoginPage;
 use pages::post_mortem::PostMortemPage;
+use pages::shared::SharedPage;
 use pages::snapshots::SnapshotsPage;
 use pages::upload::UploadPage;
 
@@ -79,6 +80,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/snapshots") view=SnapshotsPage ssr=SsrMode::Async/>
                 <Route path=path!("/snapshots/:id") view=PostMortemPage ssr=SsrMode::Async/>
                 <Route path=path!("/upload") view=UploadPage ssr=SsrMode::Async/>
+                <Route path=path!("/s/:secret") view=SharedPage ssr=SsrMode::Async/>
             </Routes>
         </Router>
     }

@@ -289,6 +289,7 @@ pub fn timeline_svg(t: &Timeline, size: Size, theme: Theme) -> Result<String, Ch
     let ytop = ymax + ymax / 12;
 
     let mut buf = String::with_capacity(64 * 1024);
+    let plot_px;
     {
         let root = SVGBackend::with_string(&mut buf, (w, h)).into_drawing_area();
         root.fill(&pal.background).map_err(ChartError::draw)?;
@@ -341,6 +342,10 @@ pub fn timeline_svg(t: &Timeline, size: Size, theme: Theme) -> Result<String, Ch
             .y_label_area_size(84)
             .build_cartesian_2d(x0..x1, (0..ytop).with_key_points(ticks))
             .map_err(ChartError::draw)?;
+        plot_px = (
+            chart.backend_coord(&(x0, 0)).0,
+            chart.backend_coord(&(x1, 0)).0,
+        );
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -445,11 +450,25 @@ pub fn timeline_svg(t: &Timeline, size: Size, theme: Theme) -> Result<String, Ch
         }
         root.present().map_err(ChartError::draw)?;
     }
-    Ok(finish(
+    let svg = finish(
         buf,
         &t.title,
         &[],
         &[(pal.overlay, "7 4"), (pal.limit, "6 3")],
+    );
+    // Where the x axis lies, for a page script that turns a dragged range into events: the plot's
+    // left and right edge in viewBox pixels and the x values drawn there.
+    let axis_name = match axis {
+        XAxis::Event => "event",
+        XAxis::Time => "time_us",
+    };
+    Ok(svg.replacen(
+        "<svg ",
+        &format!(
+            "<svg data-plot-x0=\"{}\" data-plot-x1=\"{}\" data-x0=\"{x0}\" data-x1=\"{x1}\" data-axis=\"{axis_name}\" ",
+            plot_px.0, plot_px.1
+        ),
+        1,
     ))
 }
 
@@ -476,6 +495,25 @@ mod tests {
         assert_eq!((cols[1].event_from, cols[1].alloc_last), (9, 3));
         assert!(reduce(&[], 10).is_empty());
         assert!(reduce(&[(1, 1, 1)], 0).is_empty());
+    }
+
+    #[test]
+    fn the_svg_says_where_its_x_axis_lies() {
+        let t = Timeline::new("t", reduce(&[(100, 1, 2), (500, 3, 4)], 10));
+        let svg = timeline_svg(&t, Size::new(800, 300), Theme::Light).expect("drawn");
+        assert!(
+            svg.starts_with("<svg data-plot-x0=\"90\""),
+            "{}",
+            &svg[..200]
+        );
+        assert!(svg.contains("data-x0=\"100\" data-x1=\"500\" data-axis=\"event\""));
+        let x1: u32 = svg
+            .split("data-plot-x1=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|v| v.parse().ok())
+            .expect("data-plot-x1");
+        assert!((770..=782).contains(&x1), "{x1}");
     }
 
     #[test]

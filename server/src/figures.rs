@@ -51,7 +51,7 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// Size, theme and zoom.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct FigureParams {
     /// First event of the zoomed range.
     #[serde(default, deserialize_with = "empty_as_none")]
@@ -88,7 +88,7 @@ pub async fn for_team(
         .await?
         .ok_or(ApiError::Unauthorized)?;
     let id = crate::api::parse_id("snapshot", &id)?;
-    figure(&state, team.id, id, &file, &p).await
+    figure(&state, team.id, id, &file, p).await
 }
 
 /// `GET /s/{secret}/figures/{file}`.
@@ -100,11 +100,11 @@ pub async fn for_share_link(
     let (team_id, id) = share_links::resolve(&state.get().pool, &secret)
         .await?
         .ok_or_else(|| ApiError::NotFound("no such share link (or it was revoked)".into()))?;
-    figure(&state, team_id, id, &file, &p).await
+    figure(&state, team_id, id, &file, p).await
 }
 
 /// Which chart, in which format.
-fn parse_file(file: &str) -> Result<(&str, bool), ApiError> {
+fn parse_file(file: &str) -> Result<(Chart, bool), ApiError> {
     let (chart, ext) = file
         .rsplit_once('.')
         .ok_or_else(|| ApiError::NotFound(format!("no figure {file}")))?;
@@ -113,10 +113,164 @@ fn parse_file(file: &str) -> Result<(&str, bool), ApiError> {
         "png" => true,
         _ => return Err(ApiError::NotFound(format!("no figure {file}"))),
     };
-    match chart {
-        "timeline" | "categories" | "remedies" | "segments" => Ok((chart, png)),
-        _ => Err(ApiError::NotFound(format!(
+    match Chart::ALL.into_iter().find(|c| c.name() == chart) {
+        Some(c) => Ok((c, png)),
+        None => Err(ApiError::NotFound(format!(
             "no figure {file} (timeline, categories, remedies, segments; .svg or .png)"
+        ))),
+    }
+}
+
+/// The chart a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chart {
+    /// Allocated and reserved over the trace.
+    Timeline,
+    /// Live bytes at the peak by category.
+    Categories,
+    /// The latest what-if answer's remedies against the limit.
+    Remedies,
+    /// The allocator's segments at the OOM.
+    Segments,
+}
+
+impl Chart {
+    /// Every chart, in page order.
+    pub const ALL: [Chart; 4] = [
+        Chart::Timeline,
+        Chart::Categories,
+        Chart::Segments,
+        Chart::Remedies,
+    ];
+
+    /// The file name without extension.
+    pub fn name(self) -> &'static str {
+        match self {
+            Chart::Timeline => "timeline",
+            Chart::Categories => "categories",
+            Chart::Remedies => "remedies",
+            Chart::Segments => "segments",
+        }
+    }
+}
+
+/// What a snapshot's charts are drawn from, read from the database once for all of them.
+pub struct Inputs {
+    analysis: Value,
+    series: Option<Series>,
+    oom_state: Option<OomState>,
+    whatif: Option<String>,
+}
+
+impl Inputs {
+    /// The inputs of `charts` for the team's snapshot `id`; `None` when the team has no such
+    /// snapshot or it is not analysed yet.
+    pub async fn load(
+        pool: &sqlx::PgPool,
+        team_id: i64,
+        id: Uuid,
+        charts: &[Chart],
+    ) -> Result<Option<Inputs>, ApiError> {
+        let Some(text) = snapshots::analysis(pool, team_id, id).await? else {
+            return Ok(None);
+        };
+        let analysis: Value = serde_json::from_str(&text)
+            .map_err(|e| ApiError::internal("stored analysis is not JSON", &e))?;
+        let series = if charts.contains(&Chart::Timeline) {
+            match snapshots::series(pool, team_id, id).await? {
+                Some(bytes) => Some(
+                    Series::from_bytes(&bytes)
+                        .map_err(|e| ApiError::internal("stored series is unreadable", &e))?,
+                ),
+                None => None,
+            }
+        } else {
+            None
+        };
+        let oom_state = if charts.contains(&Chart::Segments) {
+            match snapshots::oom_state(pool, team_id, id).await? {
+                Some(text) => Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| ApiError::internal("stored OOM state is unreadable", &e))?,
+                ),
+                None => None,
+            }
+        } else {
+            None
+        };
+        let whatif = if charts.contains(&Chart::Remedies) {
+            whatifs::latest(pool, team_id, id).await?
+        } else {
+            None
+        };
+        Ok(Some(Inputs {
+            analysis,
+            series,
+            oom_state,
+            whatif,
+        }))
+    }
+
+    /// Events in the trace of the main device.
+    pub fn events(&self) -> u64 {
+        match &self.series {
+            Some(s) => s.len() as u64,
+            None => u64_at(&self.analysis, &["timeline", "events"]).unwrap_or(0),
+        }
+    }
+
+    /// The largest allocated and the largest reserved bytes within events `from..to` of the
+    /// stored series (`None` without a series or for an empty range).
+    pub fn peak_in(&self, from: usize, to: usize) -> Option<(u64, u64)> {
+        let s = self.series.as_ref()?;
+        let to = to.min(s.len());
+        if from >= to {
+            return None;
+        }
+        let w = s.window(from, to, 1);
+        let p = w.first()?;
+        Some((p.allocated.max, p.reserved.max))
+    }
+
+    /// Draws `chart` as SVG; `Ok(None)` when this snapshot has nothing for it (no OOM for the
+    /// segments, no what-if for the remedies).
+    pub fn draw(
+        &self,
+        chart: Chart,
+        p: &FigureParams,
+        theme: charts::Theme,
+    ) -> Result<Option<String>, ApiError> {
+        let width = p.width.unwrap_or(960).clamp(200, 4096);
+        let default_height = if chart == Chart::Categories { 160 } else { 360 };
+        let size = charts::Size::new(width, p.height.unwrap_or(default_height).clamp(120, 4096));
+        let drawn = match chart {
+            Chart::Timeline => {
+                let t = timeline(&self.analysis, self.series.as_ref(), p, width)?;
+                charts::timeline_svg(&t, size, theme)
+            }
+            Chart::Categories => charts::categories_svg(&categories(&self.analysis), size, theme),
+            Chart::Remedies => match &self.whatif {
+                Some(answer) => charts::remedies_svg(&remedies(answer)?, size, theme),
+                None => return Ok(None),
+            },
+            Chart::Segments => match &self.oom_state {
+                Some(st) => charts::segments_svg(&segments(st), size, theme),
+                None => return Ok(None),
+            },
+        };
+        drawn
+            .map(Some)
+            .map_err(|e| ApiError::internal("drawing failed", &e))
+    }
+}
+
+/// The theme a request asks for.
+fn theme_of(p: &FigureParams) -> Result<charts::Theme, ApiError> {
+    match p.theme.as_deref() {
+        None | Some("light") => Ok(charts::Theme::Light),
+        Some("dark") => Ok(charts::Theme::Dark),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "theme: `{other}` is not light or dark"
         ))),
     }
 }
@@ -126,74 +280,38 @@ async fn figure(
     team_id: i64,
     id: Uuid,
     file: &str,
-    p: &FigureParams,
+    p: FigureParams,
 ) -> Result<Response, ApiError> {
     let (chart, png) = parse_file(file)?;
-    let pool = &state.get().pool;
-    let analysis: Value = match snapshots::analysis(pool, team_id, id).await? {
-        Some(text) => serde_json::from_str(&text)
-            .map_err(|e| ApiError::internal("stored analysis is not JSON", &e))?,
-        None => {
-            // No such snapshot for this team, or not analysed yet: the same answer to both.
-            return Err(ApiError::NotFound(format!(
-                "no analysed snapshot {id} (if it was just uploaded, its analysis is running)"
-            )));
-        }
+    let theme = theme_of(&p)?;
+    let Some(inputs) = Inputs::load(&state.get().pool, team_id, id, &[chart]).await? else {
+        // No such snapshot for this team, or not analysed yet: the same answer to both.
+        return Err(ApiError::NotFound(format!(
+            "no analysed snapshot {id} (if it was just uploaded, its analysis is running)"
+        )));
     };
-    let theme = match p.theme.as_deref() {
-        None | Some("light") => charts::Theme::Light,
-        Some("dark") => charts::Theme::Dark,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "theme: `{other}` is not light or dark"
-            )));
+    let scale = p.scale.unwrap_or(2.0);
+    let drawn = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>, ApiError> {
+        let Some(svg) = inputs.draw(chart, &p, theme)? else {
+            return Ok(None);
+        };
+        if png {
+            charts::svg_to_png(&svg, scale)
+                .map(Some)
+                .map_err(|e| ApiError::BadRequest(e.to_string()))
+        } else {
+            Ok(Some(svg.into_bytes()))
         }
-    };
-    let width = p.width.unwrap_or(960).clamp(200, 4096);
-    let default_height = if chart == "categories" { 160 } else { 360 };
-    let size = charts::Size::new(width, p.height.unwrap_or(default_height).clamp(120, 4096));
-    let svg = match chart {
-        "timeline" => {
-            let series = match snapshots::series(pool, team_id, id).await? {
-                Some(bytes) => Some(
-                    Series::from_bytes(&bytes)
-                        .map_err(|e| ApiError::internal("stored series is unreadable", &e))?,
-                ),
-                None => None,
-            };
-            let t = timeline(&analysis, series.as_ref(), p, width)?;
-            tokio::task::spawn_blocking(move || charts::timeline_svg(&t, size, theme)).await
-        }
-        "categories" => {
-            let c = categories(&analysis);
-            tokio::task::spawn_blocking(move || charts::categories_svg(&c, size, theme)).await
-        }
-        "remedies" => {
-            let answer = whatifs::latest(pool, team_id, id).await?.ok_or_else(|| {
-                ApiError::NotFound("no what-if answer stored for this snapshot yet".into())
-            })?;
-            let r = remedies(&answer)?;
-            tokio::task::spawn_blocking(move || charts::remedies_svg(&r, size, theme)).await
-        }
-        _ => {
-            let st = load_oom_state(state, team_id, id)
-                .await?
-                .ok_or_else(|| ApiError::NotFound("this snapshot has no OOM".into()))?;
-            let s = segments(&st);
-            tokio::task::spawn_blocking(move || charts::segments_svg(&s, size, theme)).await
-        }
-    }
-    .map_err(|e| ApiError::internal("drawing stopped", &e))?
-    .map_err(|e| ApiError::internal("drawing failed", &e))?;
-    if png {
-        let scale = p.scale.unwrap_or(2.0);
-        let bytes = tokio::task::spawn_blocking(move || charts::svg_to_png(&svg, scale))
-            .await
-            .map_err(|e| ApiError::internal("drawing stopped", &e))?
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        Ok(image(bytes, "image/png"))
-    } else {
-        Ok(image(svg.into_bytes(), "image/svg+xml"))
+    })
+    .await
+    .map_err(|e| ApiError::internal("drawing stopped", &e))??;
+    match drawn {
+        Some(bytes) if png => Ok(image(bytes, "image/png")),
+        Some(bytes) => Ok(image(bytes, "image/svg+xml")),
+        None => Err(ApiError::NotFound(match chart {
+            Chart::Remedies => "no what-if answer stored for this snapshot yet".into(),
+            _ => "this snapshot has no OOM".into(),
+        })),
     }
 }
 
@@ -207,19 +325,6 @@ fn image(body: Vec<u8>, content_type: &'static str) -> Response {
         HeaderValue::from_static("private, max-age=60"),
     );
     resp
-}
-
-async fn load_oom_state(
-    state: &AppState,
-    team_id: i64,
-    id: Uuid,
-) -> Result<Option<OomState>, ApiError> {
-    match snapshots::oom_state(&state.get().pool, team_id, id).await? {
-        Some(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| ApiError::internal("stored OOM state is unreadable", &e)),
-        None => Ok(None),
-    }
 }
 
 fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
@@ -420,8 +525,14 @@ mod tests {
 
     #[test]
     fn figure_names_are_checked() {
-        assert_eq!(parse_file("timeline.svg").ok(), Some(("timeline", false)));
-        assert_eq!(parse_file("segments.png").ok(), Some(("segments", true)));
+        assert_eq!(
+            parse_file("timeline.svg").ok(),
+            Some((Chart::Timeline, false))
+        );
+        assert_eq!(
+            parse_file("segments.png").ok(),
+            Some((Chart::Segments, true))
+        );
         assert!(parse_file("timeline.gif").is_err());
         assert!(parse_file("../etc.svg").is_err());
         assert!(parse_file("timeline").is_err());

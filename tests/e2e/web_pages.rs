@@ -238,14 +238,39 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
         html.contains(&format!("<td class=\"num\">{activation}</td>")),
         "{html}"
     );
-    for slot in [
-        "timeline",
-        "categories-chart",
-        "segments-chart",
-        "remedies-chart",
-    ] {
-        assert!(html.contains(&format!("id=\"{slot}\"")), "{slot}");
+    // The charts are inline SVG, readable without scripts: the timeline marks the OOM with the
+    // requested size, and each chart links its SVG and PNG file.
+    for slot in ["timeline", "categories-chart", "segments-chart"] {
+        let at = html
+            .find(&format!("id=\"{slot}\""))
+            .unwrap_or_else(|| panic!("no {slot}: {html}"));
+        assert!(html[at..].contains("<svg "), "{slot}: {html}");
     }
+    let requested = b(&a["oom"]["requested_bytes"]);
+    assert!(
+        html.contains(&format!("OOM: {requested} requested")),
+        "{requested}: {html}"
+    );
+    assert!(
+        html.contains(&format!("href=\"/figures/snapshots/{id}/timeline.png\"")),
+        "{html}"
+    );
+    // No what-if was asked: no remedies chart, a hint instead.
+    assert!(!html.contains("id=\"remedies-chart\""), "{html}");
+
+    // Zoom (a GET form): the timeline is redrawn for the range and the range's peak is given.
+    let (code, zoomed) = page(&s, &cookie, &format!("{to}?from=10&to=200"));
+    assert_eq!(code, StatusCode::OK);
+    assert!(
+        text_of(&zoomed, "range").starts_with("Events 10 to 199 of "),
+        "{zoomed}"
+    );
+    assert!(
+        zoomed.contains(&format!(
+            "/figures/snapshots/{id}/timeline.svg?from=10&amp;to=200"
+        )),
+        "{zoomed}"
+    );
 
     // The list shows it, with its peak; filters narrow it.
     let (_, list) = page(&s, &cookie, "/snapshots");
@@ -264,6 +289,62 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
     );
     let (_, named) = page(&s, &cookie, "/snapshots?name=gpt-web");
     assert!(named.contains(&id), "{named}");
+
+    // A share link opens the same post-mortem without signing in, read-only, with its charts
+    // under the link; revoked, it is a 404 like an unknown one.
+    let r = browser()
+        .post(s.url(&format!("/api/v1/snapshots/{id}/share-links")))
+        .bearer_auth(&token)
+        .send()
+        .expect("share link");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let link: Value = r.json().expect("json");
+    let url = link["url"].as_str().expect("url").to_string();
+    let path = url[url.find("/s/").expect("a /s/ link")..].to_string();
+    let (code, shared) = page(&s, "", &path);
+    assert_eq!(code, StatusCode::OK, "{shared}");
+    assert_eq!(
+        text_of(&shared, "peak-allocated"),
+        text_of(&html, "peak-allocated")
+    );
+    assert!(shared.contains(&sentence), "{shared}");
+    assert!(shared.contains("data-testid=\"shared\""), "{shared}");
+    assert!(
+        shared.contains("<meta name=\"robots\" content=\"noindex\">"),
+        "{shared}"
+    );
+    assert!(!shared.contains("Sign out"), "{shared}");
+    assert!(
+        shared.contains(&format!("href=\"{path}/figures/timeline.svg\"")),
+        "{shared}"
+    );
+    let r = browser()
+        .get(s.url(&format!("{path}/figures/timeline.png")))
+        .send()
+        .expect("shared PNG");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(&r.bytes().expect("png")[1..4], b"PNG");
+    let (code, zoomed) = page(&s, "", &format!("{path}?from=5&to=50"));
+    assert_eq!(code, StatusCode::OK);
+    assert!(
+        text_of(&zoomed, "range").starts_with("Events 5 to 49 of "),
+        "{zoomed}"
+    );
+    let r = browser()
+        .delete(s.url(&format!(
+            "/api/v1/snapshots/{id}/share-links/{}",
+            link["id"].as_i64().expect("link id")
+        )))
+        .bearer_auth(&token)
+        .send()
+        .expect("revoke");
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    for gone in [path.clone(), "/s/oomlens_s_unknown".to_string()] {
+        let (code, page404) = page(&s, "", &gone);
+        assert_eq!(code, StatusCode::NOT_FOUND, "{gone}");
+        assert!(page404.contains("No such share link"), "{page404}");
+        assert!(!page404.contains("gpt-web"), "{page404}");
+    }
 
     // Another team: a 404 page with none of it.
     let other = sign_in(&s, &s.token(&unique("web-b")));

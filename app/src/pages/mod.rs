@@ -5,6 +5,7 @@
 
 pub mod login;
 pub mod post_mortem;
+pub mod shared;
 pub mod snapshots;
 pub mod upload;
 

@@ -6,46 +6,69 @@
 
 use leptos::prelude::*;
 use leptos_meta::Meta;
-use leptos_router::hooks::use_params_map;
+use leptos_router::hooks::{use_params_map, use_query_map};
+use leptos_router::params::ParamsMap;
 
-use crate::api::{AnalysisView, PostMortem, WhatIfOutcome, WhatIfView};
+use crate::api::{AnalysisView, Figures, PostMortem, WhatIfOutcome, WhatIfView, Zoom};
 use crate::backend::load_post_mortem;
-use crate::components::{ChartSlot, Layout};
+use crate::components::{ChartFigure, Layout};
 use crate::format::{bytes, share};
 
 /// The post-mortem page.
 #[component]
 pub fn PostMortemPage() -> impl IntoView {
     let params = use_params_map();
+    let query = use_query_map();
     let id = move || params.read().get("id").unwrap_or_default();
-    let pm = Resource::new(id, load_post_mortem);
+    let zoom = move || zoom_of(&query.read());
+    let pm = Resource::new(move || (id(), zoom()), |(id, z)| load_post_mortem(id, z));
+    view! {
+        <Layout>
+            <Loaded pm=pm missing=|| view! { <MissingView/> }.into_any()/>
+        </Layout>
+    }
+}
+
+/// The range a page's query string asks for (`?from=&to=`; anything else is ignored).
+pub fn zoom_of(q: &ParamsMap) -> Zoom {
+    let num = |k: &str| q.get(k).and_then(|v| v.trim().parse::<u64>().ok());
+    Zoom {
+        from: num("from"),
+        to: num("to"),
+    }
+}
+
+/// A loaded post-mortem, the `missing` view (with status 404) when there is none, or the error.
+#[component]
+pub fn Loaded(
+    pm: Resource<Result<Option<PostMortem>, ServerFnError>>,
+    missing: fn() -> AnyView,
+) -> impl IntoView {
     #[cfg(feature = "ssr")]
     let response = use_context::<leptos_axum::ResponseOptions>();
     view! {
-        <Layout>
-            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-                {move || {
-                    #[cfg(feature = "ssr")]
-                    let response = response.clone();
-                    Suspend::new(async move {
-                        match pm.await {
-                            Ok(Some(pm)) => view! { <PostMortemView pm=pm/> }.into_any(),
-                            Ok(None) => {
-                                #[cfg(feature = "ssr")]
-                                if let Some(r) = response {
-                                    r.set_status(http::StatusCode::NOT_FOUND);
-                                }
-                                view! { <MissingView/> }.into_any()
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || {
+                #[cfg(feature = "ssr")]
+                let response = response.clone();
+                Suspend::new(async move {
+                    match pm.await {
+                        Ok(Some(pm)) => view! { <PostMortemView pm=pm/> }.into_any(),
+                        Ok(None) => {
+                            #[cfg(feature = "ssr")]
+                            if let Some(r) = response {
+                                r.set_status(http::StatusCode::NOT_FOUND);
                             }
-                            Err(e) => view! {
-                                <h1>"Post-mortem"</h1>
-                                <p class="error" role="alert">{e.to_string()}</p>
-                            }.into_any(),
+                            missing()
                         }
-                    })
-                }}
-            </Suspense>
-        </Layout>
+                        Err(e) => view! {
+                            <h1>"Post-mortem"</h1>
+                            <p class="error" role="alert">{e.to_string()}</p>
+                        }.into_any(),
+                    }
+                })
+            }}
+        </Suspense>
     }
 }
 
@@ -62,10 +85,13 @@ pub fn MissingView() -> impl IntoView {
 #[component]
 pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
     let meta = RunMeta(pm.clone());
+    let shared = pm.shared;
     let body = match (pm.status.as_str(), pm.analysis) {
-        ("ready", Some(a)) => {
-            view! { <AnalysisSections id=pm.id.clone() a=a whatifs=pm.whatifs/> }.into_any()
+        ("ready", Some(a)) => view! {
+            <AnalysisSections id=pm.id.clone() a=a whatifs=pm.whatifs figures=pm.figures
+                zoom=pm.zoom shared=shared/>
         }
+        .into_any(),
         ("failed", _) => view! {
             <section class="verdict failed" data-testid="verdict">
                 <h2>"The analysis failed"</h2>
@@ -82,8 +108,19 @@ pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
         }
         .into_any(),
     };
+    let top = if shared {
+        view! {
+            <Meta name="robots" content="noindex"/>
+            <p class="shared-note" data-testid="shared">
+                "A read-only post-mortem, shared by its team through a link."
+            </p>
+        }
+        .into_any()
+    } else {
+        view! { <p class="crumbs"><a href="/snapshots">"Post-mortems"</a></p> }.into_any()
+    };
     view! {
-        <p class="crumbs"><a href="/snapshots">"Post-mortems"</a></p>
+        {top}
         <h1>{pm.name}</h1>
         {meta}
         {body}
@@ -98,7 +135,7 @@ fn RunMeta(pm: PostMortem) -> impl IntoView {
             <span>"uploaded " <time datetime=pm.created_iso>{pm.created}</time></span>
             {pm.gpu.map(|g| view! { <span>"GPU " {g}</span> })}
             {pm.commit.map(|c| view! { <span>"commit " <code>{c}</code></span> })}
-            {pm.job_url.map(|u| view! { <span><a href=u rel="external nofollow">"CI job"</a></span> })}
+            {pm.job_url.map(|u| view! { <span><a href=u rel="external nofollow noreferrer">"CI job"</a></span> })}
             <span>{bytes(pm.size_bytes)} " uploaded"</span>
             {pm.labels.into_iter().map(|l| view! { <span class="label">{l}</span> }).collect_view()}
         </p>
@@ -137,7 +174,16 @@ pub fn verdict_sentence(a: &AnalysisView) -> String {
 
 /// Everything below the title of an analysed post-mortem.
 #[component]
-fn AnalysisSections(id: String, a: AnalysisView, whatifs: Vec<WhatIfView>) -> impl IntoView {
+fn AnalysisSections(
+    id: String,
+    a: AnalysisView,
+    whatifs: Vec<WhatIfView>,
+    figures: Figures,
+    zoom: Zoom,
+    shared: bool,
+) -> impl IntoView {
+    let base = figures.base.clone();
+    let q = zoom.query();
     let sentence = verdict_sentence(&a);
     let oom = a.oom.is_some();
     let verdict_class = if oom { "verdict oom" } else { "verdict ok" };
@@ -217,8 +263,12 @@ fn AnalysisSections(id: String, a: AnalysisView, whatifs: Vec<WhatIfView>) -> im
                     <dd class="sub">{format!("{} trace events", a.events)}</dd>
                 </div>
             </dl>
-            <ChartSlot element_id="timeline" snapshot=id.clone() figure="timeline"
-                alt="Allocated and reserved memory over the trace"/>
+        </section>
+        <section class="timeline">
+            <h2>"Memory over the trace"</h2>
+            <ChartFigure element_id="timeline" figure=figures.timeline.clone() base=base.clone()
+                name="timeline" query=q.clone()/>
+            <ZoomForm figures=figures.clone() zoom=zoom/>
         </section>
         {(!notes.is_empty()).then(|| view! {
             <section class="diagnosis">
@@ -247,8 +297,8 @@ fn AnalysisSections(id: String, a: AnalysisView, whatifs: Vec<WhatIfView>) -> im
                         }).collect_view()}
                     </tbody>
                 </table>
-                <ChartSlot element_id="categories-chart" snapshot=id.clone() figure="categories"
-                    alt="Live bytes at the peak by category"/>
+                <ChartFigure element_id="categories-chart" figure=figures.categories.clone()
+                    base=base.clone() name="categories"/>
             </div>
         </section>
         <section>
@@ -279,24 +329,76 @@ fn AnalysisSections(id: String, a: AnalysisView, whatifs: Vec<WhatIfView>) -> im
                 </tbody>
             </table>
         </section>
-        <section>
-            <h2>"Memory segments"</h2>
-            <ChartSlot element_id="segments-chart" snapshot=id.clone() figure="segments"
-                alt="The allocator's segments and blocks"/>
-        </section>
-        <WhatIfs id=id whatifs=whatifs/>
+        {figures.segments.clone().map(|f| view! {
+            <section>
+                <h2>"The allocator at the OOM"</h2>
+                <p class="hint">
+                    "Each bar is a segment that PyTorch reserved from CUDA, split into blocks: "
+                    "allocated blocks are solid, free ones hatched. The title says why none of the "
+                    "free blocks could serve the request."
+                </p>
+                <ChartFigure element_id="segments-chart" figure=Some(f) base=base.clone()
+                    name="segments"/>
+            </section>
+        })}
+        <WhatIfs id=id whatifs=whatifs figure=figures.remedies base=base shared=shared/>
+    }
+}
+
+/// The zoom form under the timeline (a GET form: works without JavaScript) and, when zoomed,
+/// the range's own peak.
+#[component]
+fn ZoomForm(figures: Figures, zoom: Zoom) -> impl IntoView {
+    let events = figures.events;
+    let from = zoom.from.map(|v| v.to_string()).unwrap_or_default();
+    let to = zoom.to.map(|v| v.to_string()).unwrap_or_default();
+    let range = figures.range.map(|r| {
+        view! {
+            <p class="range" data-testid="range">
+                {format!(
+                    "Events {} to {} of {events}: at most {} allocated and {} reserved in this range. \
+                     The tables below are for the peak of the whole trace.",
+                    r.from,
+                    r.to.saturating_sub(1),
+                    bytes(r.peak_allocated_bytes),
+                    bytes(r.peak_reserved_bytes),
+                )}
+            </p>
+        }
+    });
+    view! {
+        {range}
+        <form method="get" class="zoom" data-testid="zoom">
+            <label>"Zoom to events " <input type="number" name="from" min="0" max=events
+                value=from placeholder="0" inputmode="numeric"/></label>
+            <label>" to " <input type="number" name="to" min="1" max=events value=to
+                placeholder=events.to_string() inputmode="numeric"/></label>
+            <button type="submit">"Zoom"</button>
+            {zoom.is_zoomed().then(|| view! { <a href="?" rel="external">"Whole trace"</a> })}
+        </form>
     }
 }
 
 /// The stored what-if answers.
 #[component]
-fn WhatIfs(id: String, whatifs: Vec<WhatIfView>) -> impl IntoView {
+fn WhatIfs(
+    id: String,
+    whatifs: Vec<WhatIfView>,
+    figure: Option<crate::api::Figure>,
+    base: String,
+    shared: bool,
+) -> impl IntoView {
     let any = !whatifs.is_empty();
     view! {
         <section class="whatifs" data-testid="whatifs">
             <h2>"What if…"</h2>
             {if any {
-                whatifs.into_iter().map(|w| view! { <WhatIfTable w=w/> }).collect_view().into_any()
+                view! {
+                    <ChartFigure element_id="remedies-chart" figure=figure base=base name="remedies"/>
+                    {whatifs.into_iter().map(|w| view! { <WhatIfTable w=w/> }).collect_view()}
+                }.into_any()
+            } else if shared {
+                view! { <p class="hint">"No what-if answers were stored for this run."</p> }.into_any()
             } else {
                 view! {
                     <p class="hint">
@@ -306,25 +408,28 @@ fn WhatIfs(id: String, whatifs: Vec<WhatIfView>) -> impl IntoView {
                     </p>
                 }.into_any()
             }}
-            <figure id="remedies-chart" class="chart">
-                {any.then(|| view! {
-                    <img src=format!("/figures/snapshots/{id}/remedies.svg")
-                        alt="Predicted peak of each remedy against the limit" loading="lazy"/>
-                })}
-            </figure>
         </section>
     }
 }
 
-/// One what-if answer: the baseline, then each remedy.
+/// The remedies of a what-if, ranked: those that fit first, in the answer's order (cheapest
+/// first), then the others by predicted peak.
+pub fn ranked(remedies: Vec<WhatIfOutcome>) -> Vec<WhatIfOutcome> {
+    let (mut fit, mut rest): (Vec<_>, Vec<_>) = remedies.into_iter().partition(|r| r.fits);
+    rest.sort_by_key(|r| r.shown_peak());
+    fit.append(&mut rest);
+    fit
+}
+
+/// One what-if answer: the baseline, then each remedy, ranked.
 #[component]
 fn WhatIfTable(w: WhatIfView) -> impl IntoView {
-    let row = |label: String, o: WhatIfOutcome| {
-        let peak = format!(
-            "{}{}",
-            if o.lower_bound { "≥ " } else { "" },
-            bytes(o.peak_reserved_bytes)
-        );
+    let row = |rank: String, label: String, o: WhatIfOutcome| {
+        let peak = match (o.lower_bound, o.estimated_peak_reserved_bytes) {
+            (true, Some(e)) => format!("≈ {} (≥ {})", bytes(e), bytes(o.peak_reserved_bytes)),
+            (true, None) => format!("≥ {}", bytes(o.peak_reserved_bytes)),
+            (false, _) => bytes(o.peak_reserved_bytes),
+        };
         let fits = if o.fits {
             view! { <span class="badge good">"fits"</span> }.into_any()
         } else {
@@ -333,6 +438,7 @@ fn WhatIfTable(w: WhatIfView) -> impl IntoView {
         let fidelity = o.fidelity();
         view! {
             <tr>
+                <td class="num">{rank}</td>
                 <th scope="row"><code>{label}</code></th>
                 <td class="num">{peak}</td>
                 <td>{fits}</td>
@@ -352,16 +458,17 @@ fn WhatIfTable(w: WhatIfView) -> impl IntoView {
     let baseline = w
         .baseline
         .clone()
-        .map(|b| row("as recorded".to_string(), b));
-    let rows = w
-        .remedies
+        .map(|b| row(String::new(), "as recorded".to_string(), b));
+    let rows = ranked(w.remedies)
         .into_iter()
-        .map(|r| row(r.remedy.clone(), r))
+        .enumerate()
+        .map(|(i, r)| row((i + 1).to_string(), r.remedy.clone(), r))
         .collect_view();
     view! {
-        <table class="data">
+        <table class="data remedies" data-testid="remedies">
             <caption>{caption}</caption>
             <thead><tr>
+                <th scope="col" class="num">"Rank"</th>
                 <th scope="col">"Remedy"</th>
                 <th scope="col" class="num">"Predicted peak reserved"</th>
                 <th scope="col">"Fits"</th>
@@ -455,6 +562,24 @@ mod tests {
                     ..WhatIfOutcome::default()
                 }],
             }],
+            figures: Figures {
+                base: "/figures/snapshots/0b6f".into(),
+                timeline: Some(fig("timeline")),
+                categories: Some(fig("categories")),
+                segments: Some(fig("segments")),
+                remedies: Some(fig("remedies")),
+                events: 556,
+                range: None,
+            },
+            shared: false,
+            zoom: Zoom::default(),
+        }
+    }
+
+    fn fig(name: &str) -> crate::api::Figure {
+        crate::api::Figure {
+            light: format!("<svg data-chart=\"{name}-light\"></svg>"),
+            dark: format!("<svg data-chart=\"{name}-dark\"></svg>"),
         }
     }
 
@@ -492,7 +617,7 @@ mod tests {
     }
 
     #[test]
-    fn chart_slots_point_at_the_server_figures() {
+    fn charts_are_inline_in_both_palettes_with_downloads() {
         let html = crate::render(|| view! { <PostMortemView pm=analysed()/> });
         for (slot, fig) in [
             ("timeline", "timeline"),
@@ -501,11 +626,76 @@ mod tests {
             ("remedies-chart", "remedies"),
         ] {
             assert!(html.contains(&format!("id=\"{slot}\"")), "{slot}: {html}");
-            assert!(
-                html.contains(&format!("/figures/snapshots/0b6f/{fig}.svg")),
-                "{fig}: {html}"
-            );
+            for theme in ["light", "dark"] {
+                assert!(
+                    html.contains(&format!("<svg data-chart=\"{fig}-{theme}\">")),
+                    "{fig} {theme}: {html}"
+                );
+            }
+            for ext in ["svg", "png"] {
+                assert!(
+                    html.contains(&format!("href=\"/figures/snapshots/0b6f/{fig}.{ext}\"")),
+                    "{fig}.{ext}: {html}"
+                );
+            }
         }
+    }
+
+    #[test]
+    fn a_zoomed_page_says_its_range_and_keeps_it_in_the_downloads() {
+        let mut pm = analysed();
+        pm.zoom = Zoom {
+            from: Some(100),
+            to: Some(200),
+        };
+        pm.figures.range = Some(crate::api::RangeView {
+            from: 100,
+            to: 200,
+            peak_allocated_bytes: 3 << 30,
+            peak_reserved_bytes: 4 << 30,
+        });
+        let html = crate::render(move || view! { <PostMortemView pm=pm/> });
+        assert!(
+            html.contains(
+                "Events 100 to 199 of 556: at most 3.00 GiB allocated and 4.00 GiB reserved"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("href=\"/figures/snapshots/0b6f/timeline.png?from=100&amp;to=200\""),
+            "{html}"
+        );
+        assert!(html.contains("value=\"100\""), "{html}");
+        assert!(html.contains("Whole trace"), "{html}");
+    }
+
+    #[test]
+    fn a_shared_page_has_no_team_navigation_and_no_api_hints() {
+        let mut pm = analysed();
+        pm.shared = true;
+        pm.whatifs.clear();
+        let html = crate::render(move || view! { <PostMortemView pm=pm/> });
+        assert!(html.contains("data-testid=\"shared\""), "{html}");
+        assert!(!html.contains("href=\"/snapshots\""), "{html}");
+        assert!(!html.contains("POST /api/v1"), "{html}");
+    }
+
+    #[test]
+    fn remedies_that_fit_rank_first() {
+        let r = |name: &str, peak: u64, fits: bool| WhatIfOutcome {
+            remedy: name.into(),
+            peak_reserved_bytes: peak,
+            fits,
+            ..WhatIfOutcome::default()
+        };
+        let out = ranked(vec![
+            r("a", 9, false),
+            r("b", 5, true),
+            r("c", 7, false),
+            r("d", 6, true),
+        ]);
+        let names: Vec<&str> = out.iter().map(|o| o.remedy.as_str()).collect();
+        assert_eq!(names, ["b", "d", "c", "a"]);
     }
 
     #[test]
@@ -517,6 +707,7 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("≥ 5.66 GiB"), "{html}");
+        assert!(html.contains("data-testid=\"remedies\""), "{html}");
         assert!(
             html.contains("model (transform)") && html.contains("exact (replay)"),
             "{html}"

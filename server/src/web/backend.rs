@@ -4,15 +4,18 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use oomlens_app::api::{
-    AnalysisView, ListQuery, PostMortem, SnapshotItem, SnapshotList, WhatIfView,
+    AnalysisView, Figure, Figures, ListQuery, PostMortem, RangeView, SnapshotItem, SnapshotList,
+    WhatIfView, Zoom,
 };
-use oomlens_app::backend::{Backend, BackendError};
+use oomlens_app::backend::{Backend, BackendError, SharedBackend};
+use oomlens_charts::Theme;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::api::{ApiError, decode_cursor, encode_cursor};
 use crate::db::snapshots::{self, ListFilter, SnapshotRow};
-use crate::db::{Team, whatifs};
+use crate::db::{Team, share_links, whatifs};
+use crate::figures::{Chart, FigureParams, Inputs};
 
 /// Rows per page of the list.
 const PAGE: i64 = 50;
@@ -110,59 +113,182 @@ impl Backend for TeamBackend {
         })
     }
 
-    async fn post_mortem(&self, id: String) -> Result<Option<PostMortem>, BackendError> {
+    async fn post_mortem(
+        &self,
+        id: String,
+        zoom: Zoom,
+    ) -> Result<Option<PostMortem>, BackendError> {
         let Ok(id) = Uuid::parse_str(&id) else {
             return Ok(None);
         };
-        let Some(row) = snapshots::get(&self.pool, self.team.id, id)
+        let base = format!("/figures/snapshots/{id}");
+        post_mortem(&self.pool, self.team.id, id, zoom, base, false).await
+    }
+}
+
+/// The backend of share links, on every request (no session needed).
+pub struct ShareBackend {
+    pool: PgPool,
+}
+
+impl ShareBackend {
+    /// Over `pool`.
+    pub fn new(pool: PgPool) -> ShareBackend {
+        ShareBackend { pool }
+    }
+}
+
+#[async_trait::async_trait]
+impl SharedBackend for ShareBackend {
+    async fn shared_post_mortem(
+        &self,
+        secret: String,
+        zoom: Zoom,
+    ) -> Result<Option<PostMortem>, BackendError> {
+        let Some((team_id, id)) = share_links::resolve(&self.pool, &secret)
             .await
             .map_err(db_error)?
         else {
             return Ok(None);
         };
-        let (analysis, whatifs) = if row.status == "ready" {
-            let analysis = match snapshots::analysis(&self.pool, self.team.id, id)
-                .await
-                .map_err(db_error)?
-            {
-                Some(text) => Some(serde_json::from_str::<AnalysisView>(&text).map_err(|e| {
-                    tracing::error!(snapshot = %id, error = %e, "stored analysis does not read");
-                    BackendError::Failed("internal error: the stored analysis does not read".into())
-                })?),
-                None => None,
-            };
-            let whatifs = whatifs::list_for_snapshot(&self.pool, self.team.id, id)
-                .await
-                .map_err(db_error)?
-                .into_iter()
-                .filter_map(|text| match serde_json::from_str::<WhatIfView>(&text) {
-                    Ok(w) => Some(w),
-                    Err(e) => {
-                        tracing::warn!(snapshot = %id, error = %e, "a stored what-if does not read");
-                        None
-                    }
-                })
-                .collect();
-            (analysis, whatifs)
-        } else {
-            (None, Vec::new())
-        };
-        Ok(Some(PostMortem {
-            id: row.id.to_string(),
-            name: row.name,
-            status: row.status,
-            error: row.error,
-            created: shown(row.created_at),
-            created_iso: iso(row.created_at),
-            labels: row.labels,
-            commit: row.run_commit,
-            job_url: row.run_job_url,
-            gpu: row.run_gpu_name,
-            size_bytes: u64::try_from(row.size_bytes).unwrap_or(0),
-            analysis,
-            whatifs,
-        }))
+        let base = format!("/s/{secret}/figures");
+        post_mortem(&self.pool, team_id, id, zoom, base, true).await
     }
+}
+
+fn api_error(e: ApiError) -> BackendError {
+    match e {
+        ApiError::BadRequest(m) => BackendError::BadRequest(m),
+        ApiError::NotFound(m)
+        | ApiError::TooLarge(m)
+        | ApiError::Unprocessable(m)
+        | ApiError::Unavailable(m)
+        | ApiError::Internal(m) => BackendError::Failed(m),
+        ApiError::Unauthorized => BackendError::Failed("sign in first".into()),
+    }
+}
+
+/// Draws the page's charts (both palettes) from the stored analysis, series and OOM state.
+async fn figures(
+    pool: &PgPool,
+    team_id: i64,
+    id: Uuid,
+    zoom: Zoom,
+    base: String,
+) -> Result<Figures, BackendError> {
+    let Some(inputs) = Inputs::load(pool, team_id, id, &Chart::ALL)
+        .await
+        .map_err(api_error)?
+    else {
+        return Ok(Figures {
+            base,
+            ..Figures::default()
+        });
+    };
+    let events = inputs.events();
+    let to = zoom.to.unwrap_or(events).min(events);
+    let from = zoom.from.unwrap_or(0).min(to.saturating_sub(1));
+    let zoom = if zoom.is_zoomed() && to > from {
+        Some((from, to))
+    } else {
+        None
+    };
+    let params = FigureParams {
+        from: zoom.map(|z| z.0 as usize),
+        to: zoom.map(|z| z.1 as usize),
+        ..FigureParams::default()
+    };
+    tokio::task::spawn_blocking(move || {
+        let draw = |chart: Chart| -> Result<Option<Figure>, BackendError> {
+            let light = inputs
+                .draw(chart, &params, Theme::Light)
+                .map_err(api_error)?;
+            let dark = inputs
+                .draw(chart, &params, Theme::Dark)
+                .map_err(api_error)?;
+            Ok(light.zip(dark).map(|(light, dark)| Figure { light, dark }))
+        };
+        let range = zoom.and_then(|(from, to)| {
+            let (a, r) = inputs.peak_in(from as usize, to as usize)?;
+            Some(RangeView {
+                from,
+                to,
+                peak_allocated_bytes: a,
+                peak_reserved_bytes: r,
+            })
+        });
+        Ok(Figures {
+            base,
+            timeline: draw(Chart::Timeline)?,
+            categories: draw(Chart::Categories)?,
+            segments: draw(Chart::Segments)?,
+            remedies: draw(Chart::Remedies)?,
+            events,
+            range,
+        })
+    })
+    .await
+    .map_err(|e| BackendError::Failed(format!("internal error: drawing stopped: {e}")))?
+}
+
+/// One post-mortem of team `team_id`, with its charts for `zoom`.
+async fn post_mortem(
+    pool: &PgPool,
+    team_id: i64,
+    id: Uuid,
+    zoom: Zoom,
+    base: String,
+    shared: bool,
+) -> Result<Option<PostMortem>, BackendError> {
+    let Some(row) = snapshots::get(pool, team_id, id).await.map_err(db_error)? else {
+        return Ok(None);
+    };
+    let (analysis, whatifs, figures) = if row.status == "ready" {
+        let analysis = match snapshots::analysis(pool, team_id, id)
+            .await
+            .map_err(db_error)?
+        {
+            Some(text) => Some(serde_json::from_str::<AnalysisView>(&text).map_err(|e| {
+                tracing::error!(snapshot = %id, error = %e, "stored analysis does not read");
+                BackendError::Failed("internal error: the stored analysis does not read".into())
+            })?),
+            None => None,
+        };
+        let whatifs = whatifs::list_for_snapshot(pool, team_id, id)
+            .await
+            .map_err(db_error)?
+            .into_iter()
+            .filter_map(|text| match serde_json::from_str::<WhatIfView>(&text) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(snapshot = %id, error = %e, "a stored what-if does not read");
+                    None
+                }
+            })
+            .collect();
+        let figures = figures(pool, team_id, id, zoom, base).await?;
+        (analysis, whatifs, figures)
+    } else {
+        (None, Vec::new(), Figures::default())
+    };
+    Ok(Some(PostMortem {
+        id: row.id.to_string(),
+        name: row.name,
+        status: row.status,
+        error: row.error,
+        created: shown(row.created_at),
+        created_iso: iso(row.created_at),
+        labels: row.labels,
+        commit: row.run_commit,
+        job_url: row.run_job_url,
+        gpu: row.run_gpu_name,
+        size_bytes: u64::try_from(row.size_bytes).unwrap_or(0),
+        analysis,
+        whatifs,
+        figures,
+        shared,
+        zoom,
+    }))
 }
 
 #[cfg(test)]

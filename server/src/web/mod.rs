@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use leptos::config::LeptosOptions;
 use leptos::prelude::{provide_context, use_context};
 use leptos_axum::{LeptosRoutes, generate_route_list};
-use oomlens_app::backend::Backend;
+use oomlens_app::backend::{Backend, SharedBackend};
 use tower_http::services::ServeDir;
 
 use crate::api::AppState;
@@ -113,6 +113,9 @@ pub fn router(state: &AppState, site: &Site) -> Router<AppState> {
 
 /// Gives the request's leptos context a backend for the session's team, if there is a session.
 fn provide_backend(state: &AppState) {
+    let shared: Arc<dyn SharedBackend> =
+        Arc::new(backend::ShareBackend::new(state.get().pool.clone()));
+    provide_context(shared);
     let Some(parts) = use_context::<Parts>() else {
         return;
     };
