@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "system packages (PostgreSQL for the server tests)"
-./scripts/deps.sh
+step "system packages (PostgreSQL for the server tests, Chromium for the browser tests)"
+./scripts/deps.sh browser
 
 step "toolchain components"
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then

@@ -18,6 +18,7 @@ pub mod backend;
 pub mod components;
 pub mod format;
 pub mod pages;
+pub mod zoom;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Title, provide_meta_context};
@@ -90,12 +91,14 @@ pub fn App() -> impl IntoView {
 #[cfg(all(test, feature = "ssr"))]
 pub(crate) fn render<F, V>(f: F) -> String
 where
-    F: FnOnce() -> V,
+    F: FnOnce() -> V + Send + 'static,
     V: IntoView + 'static,
 {
     let owner = Owner::new();
     owner.with(|| {
         provide_meta_context();
-        f().into_view().to_html()
+        provide_context(leptos_router::location::RequestUrl::new("/"));
+        // Components that navigate (the timeline's drag-to-zoom) need a router around them.
+        view! { <Router>{f()}</Router> }.into_view().to_html()
     })
 }

@@ -187,7 +187,8 @@ impl Inputs {
         } else {
             None
         };
-        let oom_state = if charts.contains(&Chart::Segments) {
+        // The timeline draws the limit the OOM state inferred.
+        let oom_state = if charts.contains(&Chart::Segments) || charts.contains(&Chart::Timeline) {
             match snapshots::oom_state(pool, team_id, id).await? {
                 Some(text) => Some(
                     serde_json::from_str(&text)
@@ -245,7 +246,10 @@ impl Inputs {
         let size = charts::Size::new(width, p.height.unwrap_or(default_height).clamp(120, 4096));
         let drawn = match chart {
             Chart::Timeline => {
-                let t = timeline(&self.analysis, self.series.as_ref(), p, width)?;
+                let mut t = timeline(&self.analysis, self.series.as_ref(), p, width)?;
+                t.capacity = t
+                    .capacity
+                    .or_else(|| self.oom_state.as_ref().and_then(|s| s.limit_bytes));
                 charts::timeline_svg(&t, size, theme)
             }
             Chart::Categories => charts::categories_svg(&categories(&self.analysis), size, theme),

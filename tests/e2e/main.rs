@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `oomlens` binary on real files. One binary, modules by area.
 
 mod admin;
+mod browser;
 mod cli_analyze;
 mod cli_replay;
 mod cli_upload;

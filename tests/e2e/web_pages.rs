@@ -207,7 +207,7 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
     let b = |v: &Value| Bytes(v.as_u64().expect("a byte count")).to_string();
     let oom = &a["oom"];
     let sentence = format!(
-        "Out of memory at event {} on GPU {} ({} phase): PyTorch asked for {} while {} was allocated and {} reserved; CUDA reported {} free",
+        "Out of memory at event {} on GPU {} ({} phase): PyTorch asked for {} while {} was allocated and {} reserved; the GPU still had {} free, so it was the process",
         oom["event_index"],
         oom["device"],
         oom["phase"].as_str().expect("phase"),

@@ -70,4 +70,5 @@ pub fn json_of(args: &[&str]) -> serde_json::Value {
     }
 }
 
+pub mod browser;
 pub mod server;

@@ -13,6 +13,7 @@ use crate::api::{AnalysisView, Figures, PostMortem, WhatIfOutcome, WhatIfView, Z
 use crate::backend::load_post_mortem;
 use crate::components::{ChartFigure, Layout};
 use crate::format::{bytes, share};
+use crate::zoom::ZoomableTimeline;
 
 /// The post-mortem page.
 #[component]
@@ -151,14 +152,26 @@ pub fn verdict_sentence(a: &AnalysisView) -> String {
                 .as_deref()
                 .map(|p| format!(" ({p} phase)"))
                 .unwrap_or_default();
+            // With more free on the device than was asked for, the device did not refuse it:
+            // the process's memory limit (set_per_process_memory_fraction) did.
+            let why = if o.device_free_bytes >= o.requested_bytes {
+                format!(
+                    "the GPU still had {} free, so it was the process's memory limit that refused it",
+                    bytes(o.device_free_bytes)
+                )
+            } else {
+                format!(
+                    "CUDA reported only {} free, so the request did not fit",
+                    bytes(o.device_free_bytes)
+                )
+            };
             format!(
-                "Out of memory at event {} on GPU {}{phase}: PyTorch asked for {} while {} was allocated and {} reserved; CUDA reported {} free, so the request did not fit.",
+                "Out of memory at event {} on GPU {}{phase}: PyTorch asked for {} while {} was allocated and {} reserved; {why}.",
                 o.event_index,
                 o.device,
                 bytes(o.requested_bytes),
                 bytes(o.allocated_bytes),
                 bytes(o.reserved_bytes),
-                bytes(o.device_free_bytes),
             )
         }
         None => match &a.peak {
@@ -266,8 +279,7 @@ fn AnalysisSections(
         </section>
         <section class="timeline">
             <h2>"Memory over the trace"</h2>
-            <ChartFigure element_id="timeline" figure=figures.timeline.clone() base=base.clone()
-                name="timeline" query=q.clone()/>
+            <ZoomableTimeline figure=figures.timeline.clone() base=base.clone() query=q.clone()/>
             <ZoomForm figures=figures.clone() zoom=zoom/>
         </section>
         {(!notes.is_empty()).then(|| view! {
@@ -590,7 +602,7 @@ mod tests {
         let categories = html.find("data-testid=\"categories\"").expect("categories");
         assert!(verdict < categories, "verdict first");
         assert!(
-            html.contains("Out of memory at event 553 on GPU 0 (backward phase): PyTorch asked for 1000.00 MiB while 9.86 GiB was allocated and 9.86 GiB reserved; CUDA reported 108.35 GiB free"),
+            html.contains("Out of memory at event 553 on GPU 0 (backward phase): PyTorch asked for 1000.00 MiB while 9.86 GiB was allocated and 9.86 GiB reserved; the GPU still had 108.35 GiB free, so it was the process"),
             "{html}"
         );
         assert!(html.contains("9.88 GiB"), "{html}");

@@ -192,19 +192,25 @@ pub(crate) fn at_state(
 
     let unallocated = reserved.saturating_sub(allocated);
     let blocked = requested.map(|r| gaps.largest < r && gaps.total >= r);
+    let place = match (pool, stream) {
+        (Some(PoolKind::Large), Some(st)) => format!(" of the large pool on stream {st}"),
+        (Some(PoolKind::Small), Some(st)) => format!(" of the small pool on stream {st}"),
+        _ => String::new(),
+    };
+    let blocks = match gaps.count {
+        0 => format!("no free block{place}"),
+        1 => format!("1 free block{place} of {}", Bytes(gaps.total)),
+        n => format!(
+            "{n} free blocks{place} hold {}, the largest {}",
+            Bytes(gaps.total),
+            Bytes(gaps.largest)
+        ),
+    };
     let mut summary = format!(
-        "{} reserved, {} allocated: {} reserved but unallocated; {} free blocks{} hold {}, the largest {}",
+        "{} reserved, {} allocated: {} reserved but unallocated; {blocks}",
         Bytes(reserved),
         Bytes(allocated),
         Bytes(unallocated),
-        gaps.count,
-        match (pool, stream) {
-            (Some(PoolKind::Large), Some(st)) => format!(" of the large pool on stream {st}"),
-            (Some(PoolKind::Small), Some(st)) => format!(" of the small pool on stream {st}"),
-            _ => String::new(),
-        },
-        Bytes(gaps.total),
-        Bytes(gaps.largest)
     );
     if let Some(r) = requested {
         let verdict = if gaps.largest >= r {
@@ -219,7 +225,12 @@ pub(crate) fn at_state(
             )
         } else {
             format!(
-                "; together they hold less than the request of {}, so a new segment was needed and the device or the memory limit refused it. Reserved + request was {}; a perfectly packed cache (allocated + request) would have needed {}",
+                "; {} the request of {}, so a new segment was needed and the device or the memory limit refused it. Reserved + request was {}; a perfectly packed cache (allocated + request) would have needed {}",
+                match gaps.count {
+                    0 => "nothing free to serve",
+                    1 => "it is smaller than",
+                    _ => "together they hold less than",
+                },
                 Bytes(r),
                 Bytes(reserved.saturating_add(r)),
                 Bytes(allocated.saturating_add(r))
