@@ -372,3 +372,127 @@ impl WhatIfOutcome {
         }
     }
 }
+
+/// Where an upload's analysis stands (the upload page polls it after sending a snapshot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadStatus {
+    /// `pending`, `ready` or `failed`.
+    pub status: String,
+    /// The reader's error when `failed`.
+    pub error: Option<String>,
+}
+
+/// One row of the OOM log list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomLogItem {
+    /// Id (UUID text).
+    pub id: String,
+    /// Upload name.
+    pub name: String,
+    /// Upload time, shown.
+    pub created: String,
+    /// Upload time, RFC 3339.
+    pub created_iso: String,
+    /// Size of the text.
+    pub size_bytes: u64,
+}
+
+/// One stored OOM log and what the engine read in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomLog {
+    /// Id (UUID text).
+    pub id: String,
+    /// Upload name.
+    pub name: String,
+    /// Upload time, shown.
+    pub created: String,
+    /// Upload time, RFC 3339.
+    pub created_iso: String,
+    /// Size of the text.
+    pub size_bytes: u64,
+    /// The analysis: the OOM messages found in the log.
+    pub analysis: LogAnalysisView,
+}
+
+/// The parts of `oomlens analyze --json` for a log that the log page shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LogAnalysisView {
+    /// Every OOM message in the log, in order.
+    pub oom_messages: Vec<OomMessageView>,
+}
+
+/// One OOM message of a log (the engine's `OomMessage`): a number is `None` when the message's
+/// template has none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OomMessageView {
+    /// `pytorch`, `jax`, `tensorflow`, …
+    pub framework: String,
+    /// Which template matched (`torch>=2.1`, …).
+    pub dialect: String,
+    /// The message as printed.
+    pub text: String,
+    /// Its line in the log (1-based).
+    pub line: u64,
+    /// Bytes the framework asked for.
+    pub requested_bytes: Option<u64>,
+    /// The device's total capacity.
+    pub total_capacity_bytes: Option<u64>,
+    /// Free device memory.
+    pub free_bytes: Option<u64>,
+    /// Memory this process had in use (PyTorch's and others').
+    pub process_in_use_bytes: Option<u64>,
+    /// The per-process limit.
+    pub allowed_bytes: Option<u64>,
+    /// Allocated by PyTorch.
+    pub allocated_by_pytorch_bytes: Option<u64>,
+    /// Reserved by PyTorch but unallocated.
+    pub reserved_unallocated_bytes: Option<u64>,
+    /// Reserved by PyTorch in total.
+    pub reserved_total_bytes: Option<u64>,
+    /// Other processes on the device.
+    pub other_processes: Vec<ProcessUseView>,
+    /// CUDA device index.
+    pub gpu_index: Option<u32>,
+    /// The traceback's frames, outermost first (as Python prints them).
+    pub frames: Vec<FrameView>,
+    /// The exception's type (`torch.OutOfMemoryError`).
+    pub exception: Option<String>,
+    /// Why, and what to do next.
+    pub diagnosis: Option<LogDiagnosisView>,
+}
+
+/// Another process's use of the device.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProcessUseView {
+    /// Process id.
+    pub pid: u64,
+    /// Bytes in use.
+    pub in_use_bytes: u64,
+}
+
+/// A traceback frame.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FrameView {
+    /// Source file.
+    pub file: String,
+    /// Line.
+    pub line: u32,
+    /// Function.
+    pub function: String,
+    /// The source line, when printed.
+    pub code: Option<String>,
+}
+
+/// The engine's diagnosis of a log's OOM.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LogDiagnosisView {
+    /// `demand`, `fragmentation`, `other_processes`, `limit` or `unknown`.
+    pub kind: String,
+    /// One paragraph: the numbers that show it, then the next step.
+    pub explanation: String,
+}

@@ -8,7 +8,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::{ListQuery, PostMortem, SnapshotList, Zoom};
+use crate::api::{ListQuery, OomLog, OomLogItem, PostMortem, SnapshotList, UploadStatus, Zoom};
 
 /// What a page may ask the server for, always about the session's team.
 #[cfg(feature = "ssr")]
@@ -22,6 +22,12 @@ pub trait Backend: Send + Sync {
     /// (or `id` is not an id).
     async fn post_mortem(&self, id: String, zoom: Zoom)
     -> Result<Option<PostMortem>, BackendError>;
+    /// Where the analysis of snapshot `id` stands; `None` as for [`Backend::post_mortem`].
+    async fn upload_status(&self, id: String) -> Result<Option<UploadStatus>, BackendError>;
+    /// One stored OOM log; `None` when the team has no log `id` (or `id` is not an id).
+    async fn oom_log(&self, id: String) -> Result<Option<OomLog>, BackendError>;
+    /// The team's newest OOM logs (a few), newest first.
+    async fn recent_oom_logs(&self) -> Result<Vec<OomLogItem>, BackendError>;
 }
 
 /// What a page may ask without a session: a post-mortem through its share link.
@@ -97,4 +103,23 @@ pub async fn load_shared(secret: String, zoom: Zoom) -> Result<Option<PostMortem
         .shared_post_mortem(secret, zoom)
         .await
         .map_err(to_sfn)
+}
+
+/// Where the analysis of one of the team's snapshots stands; `None` when there is no such
+/// snapshot in the team. The upload page polls it after sending a snapshot.
+#[server(prefix = "/ui/fn")]
+pub async fn analysis_status(id: String) -> Result<Option<UploadStatus>, ServerFnError> {
+    backend()?.upload_status(id).await.map_err(to_sfn)
+}
+
+/// One of the team's OOM logs; `None` when there is no such log in the team.
+#[server(prefix = "/ui/fn")]
+pub async fn load_oom_log(id: String) -> Result<Option<OomLog>, ServerFnError> {
+    backend()?.oom_log(id).await.map_err(to_sfn)
+}
+
+/// The team's newest OOM logs, newest first.
+#[server(prefix = "/ui/fn")]
+pub async fn list_oom_logs() -> Result<Vec<OomLogItem>, ServerFnError> {
+    backend()?.recent_oom_logs().await.map_err(to_sfn)
 }

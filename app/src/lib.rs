@@ -27,6 +27,7 @@ use leptos_router::{SsrMode, path};
 
 use pages::NotFoundPage;
 use pages::login::LoginPage;
+use pages::oom_log::OomLogPage;
 use pages::post_mortem::PostMortemPage;
 use pages::shared::SharedPage;
 use pages::snapshots::SnapshotsPage;
@@ -82,6 +83,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/snapshots/:id") view=PostMortemPage ssr=SsrMode::Async/>
                 <Route path=path!("/upload") view=UploadPage ssr=SsrMode::Async/>
                 <Route path=path!("/s/:secret") view=SharedPage ssr=SsrMode::Async/>
+                <Route path=path!("/logs/:id") view=OomLogPage ssr=SsrMode::Async/>
             </Routes>
         </Router>
     }

@@ -421,3 +421,195 @@ fn a_post_mortem_being_analysed_refreshes_itself() {
     // A blank name field means "no name": the file's name is used, as in the API.
     assert!(html.contains("<h1>oom.pickle.gz</h1>"), "{html}");
 }
+
+const LOG: &str = "engine/tests/data/oom/gpt__baseline__tight12.76.txt";
+const LOG2: &str = "engine/tests/data/oom/hf_gpt2__baseline__tight14.41.txt";
+const LOG3: &str = "engine/tests/data/oom/resnet50__baseline__cap10.txt";
+
+/// The upload form with any file (`accept`: the `Accept` header, for the page script's path).
+fn upload_file(
+    s: &TestServer,
+    cookie: &str,
+    data: Vec<u8>,
+    file_name: &str,
+    accept: &str,
+) -> Response {
+    let form = multipart::Form::new()
+        .part(
+            "file",
+            multipart::Part::bytes(data).file_name(file_name.to_string()),
+        )
+        .text("name", "");
+    browser()
+        .post(s.url("/upload"))
+        .header(COOKIE, cookie)
+        .header("accept", accept)
+        .multipart(form)
+        .send()
+        .expect("POST /upload")
+}
+
+/// The stored log's first OOM message, from the API.
+fn api_message(s: &TestServer, token: &str, id: &str) -> Value {
+    let v: Value = browser()
+        .get(s.url(&format!("/api/v1/oom-logs/{id}")))
+        .bearer_auth(token)
+        .send()
+        .and_then(Response::json)
+        .expect("GET oom-log");
+    v["analysis"]["oom_messages"][0].clone()
+}
+
+#[test]
+fn an_oom_log_uploaded_or_pasted_lands_on_its_page_without_javascript() {
+    // Logs are analysed in the request: no workers needed (and snapshots stay pending).
+    let s = TestServer::start(&["--workers", "0"]);
+    let token = s.token(&unique("web-log"));
+    let cookie = sign_in(&s, &token);
+    let b = |v: &Value| Bytes(v.as_u64().expect("a byte count")).to_string();
+
+    // A log file through the upload form: told from a snapshot by content, to its page.
+    let text = std::fs::read(workspace().join(LOG)).expect("log");
+    let r = upload_file(&s, &cookie, text, "train.log", "text/html");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let to = location(&r);
+    let id = to
+        .strip_prefix("/logs/")
+        .unwrap_or_else(|| panic!("redirected to the log's page: {to}"))
+        .to_string();
+    let (code, html) = page(&s, &cookie, &to);
+    assert_eq!(code, StatusCode::OK, "{html}");
+    let m = api_message(&s, &token, &id);
+    assert_eq!(text_of(&html, "requested"), b(&m["requested_bytes"]));
+    assert_eq!(text_of(&html, "requested"), "1000.00 MiB");
+    let sentence = format!(
+        "Out of memory on GPU 0: PyTorch asked for {} while {} was allocated and {} reserved but unallocated; the GPU had {} free of {}",
+        b(&m["requested_bytes"]),
+        b(&m["allocated_by_pytorch_bytes"]),
+        b(&m["reserved_unallocated_bytes"]),
+        b(&m["free_bytes"]),
+        b(&m["total_capacity_bytes"]),
+    );
+    assert!(html.contains(&sentence), "{sentence}\n---\n{html}");
+    assert!(
+        html.contains("<h1>train.log</h1>"),
+        "the file's name: {html}"
+    );
+    let verdict = html.find("data-testid=\"verdict\"").expect("verdict");
+    let diagnosis = html.find("data-testid=\"diagnosis\"").expect("diagnosis");
+    assert!(verdict < diagnosis, "the verdict first");
+    assert!(html.contains(m["diagnosis"]["kind"].as_str().expect("a kind")));
+    assert!(html.contains("/opt/job/train.py:194"), "the frames: {html}");
+    let (_, list) = page(&s, &cookie, "/snapshots");
+    assert!(
+        list.contains(&format!("href=\"/logs/{id}\"")),
+        "the list links the log: {list}"
+    );
+
+    // A pasted log: the same, with the name given.
+    let pasted = std::fs::read_to_string(workspace().join(LOG2)).expect("log");
+    let r = browser()
+        .post(s.url("/upload/log"))
+        .header(COOKIE, &cookie)
+        .form(&[("log", pasted.as_str()), ("name", "pasted-step")])
+        .send()
+        .expect("POST /upload/log");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let to2 = location(&r);
+    let id2 = to2.strip_prefix("/logs/").expect("to the log").to_string();
+    assert_ne!(id2, id);
+    let (code, html) = page(&s, &cookie, &to2);
+    assert_eq!(code, StatusCode::OK, "{html}");
+    assert!(html.contains("<h1>pasted-step</h1>"), "{html}");
+    let m2 = api_message(&s, &token, &id2);
+    assert_eq!(text_of(&html, "requested"), b(&m2["requested_bytes"]));
+    assert!(
+        html.contains(&format!("PyTorch asked for {}", b(&m2["requested_bytes"]))),
+        "{html}"
+    );
+
+    // Junk and an empty paste: back to the form, with what is wrong.
+    let r = upload_file(
+        &s,
+        &cookie,
+        b"all good here\n".to_vec(),
+        "junk.txt",
+        "text/html",
+    );
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let back = location(&r);
+    assert!(back.starts_with("/upload?error="), "{back}");
+    let (_, form) = page(&s, &cookie, &back);
+    assert!(
+        form.contains("junk.txt: no out-of-memory message found"),
+        "{form}"
+    );
+    assert!(form.contains("data-testid=\"upload-error\""), "{form}");
+    let r = upload_file(&s, &cookie, vec![0xde, 0xad, 0, 1], "junk.bin", "text/html");
+    let (_, form) = page(&s, &cookie, &location(&r));
+    assert!(form.contains("not a PyTorch memory snapshot"), "{form}");
+    let r = browser()
+        .post(s.url("/upload/log"))
+        .header(COOKIE, &cookie)
+        .form(&[("log", "  "), ("name", "")])
+        .send()
+        .expect("POST /upload/log");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let (_, form) = page(&s, &cookie, &location(&r));
+    assert!(form.contains("the text field is empty"), "{form}");
+
+    // The page script's path: JSON answers instead of redirects.
+    let json = "application/json";
+    let r = upload_file(
+        &s,
+        &cookie,
+        std::fs::read(workspace().join(LOG3)).expect("log"),
+        "resnet.log",
+        json,
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let v: Value = r.json().expect("JSON");
+    assert_eq!(v["kind"], "log");
+    assert_eq!(
+        v["url"],
+        format!("/logs/{}", v["id"].as_str().expect("an id"))
+    );
+    let r = upload_file(
+        &s,
+        &cookie,
+        std::fs::read(workspace().join(SNAP)).expect("data"),
+        "oom.pickle.gz",
+        json,
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let v: Value = r.json().expect("JSON");
+    assert_eq!(v["kind"], "snapshot");
+    assert_eq!(
+        v["url"],
+        format!("/snapshots/{}", v["id"].as_str().expect("an id"))
+    );
+    let r = upload_file(&s, &cookie, b"all good here\n".to_vec(), "junk.txt", json);
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let v: Value = r.json().expect("JSON");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no out-of-memory message found")),
+        "{v}"
+    );
+
+    // Another team, no session, not an id: nothing of it.
+    let other = sign_in(&s, &s.token(&unique("web-log-b")));
+    let (code, theirs) = page(&s, &other, &to);
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(theirs.contains("No such OOM log"), "{theirs}");
+    assert!(
+        !theirs.contains("train.log") && !theirs.contains(&sentence),
+        "{theirs}"
+    );
+    let (code, _) = page(&s, &other, "/logs/not-an-id");
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let r = browser().get(s.url(&to)).send().expect("GET");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&r), "/login");
+}

@@ -1,11 +1,12 @@
 //! `/snapshots`: the team's post-mortems, newest first, with a name search and a status filter
-//! (a GET form) and the API's cursor paging.
+//! (a GET form) and the API's cursor paging; on the unfiltered first page, the team's newest OOM
+//! logs below them.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
-use crate::api::{ListQuery, SnapshotList};
-use crate::backend::list_snapshots;
+use crate::api::{ListQuery, OomLogItem, SnapshotList};
+use crate::backend::{list_oom_logs, list_snapshots};
 use crate::components::Layout;
 use crate::format::{bytes, query};
 
@@ -23,13 +24,20 @@ pub fn SnapshotsPage() -> impl IntoView {
         }
     };
     let list = Resource::new(list_query, list_snapshots);
+    let logs = Resource::new(|| (), |()| list_oom_logs());
     view! {
         <Layout>
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     let q = list_query();
+                    let first_page = q == ListQuery::default();
+                    // The logs are an extra: if they do not load, the list still shows.
+                    let logs = logs.await.unwrap_or_default();
                     match list.await {
-                        Ok(l) => view! { <SnapshotsView query=q list=l/> }.into_any(),
+                        Ok(l) => view! {
+                            <SnapshotsView query=q list=l/>
+                            {(first_page && !logs.is_empty()).then(|| view! { <OomLogsView logs=logs/> })}
+                        }.into_any(),
                         Err(e) => view! {
                             <h1>"Post-mortems"</h1>
                             <p class="error" role="alert">{e.to_string()}</p>
@@ -140,6 +148,32 @@ pub fn SnapshotsView(query: ListQuery, list: SnapshotList) -> impl IntoView {
     }
 }
 
+/// The team's newest OOM logs.
+#[component]
+pub fn OomLogsView(logs: Vec<OomLogItem>) -> impl IntoView {
+    view! {
+        <h2>"OOM logs"</h2>
+        <table class="data" data-testid="oom-logs">
+            <thead>
+                <tr>
+                    <th scope="col">"Name"</th>
+                    <th scope="col">"Uploaded"</th>
+                    <th scope="col" class="num">"Size"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {logs.into_iter().map(|l| view! {
+                    <tr data-id=l.id.clone()>
+                        <td><a href=format!("/logs/{}", l.id)>{l.name}</a></td>
+                        <td><time datetime=l.created_iso>{l.created}</time></td>
+                        <td class="num">{bytes(l.size_bytes)}</td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
+}
+
 #[cfg(all(test, feature = "ssr"))]
 mod tests {
     use super::*;
@@ -188,6 +222,23 @@ mod tests {
             "the next page keeps the filters: {html}"
         );
         assert!(html.contains("<option value=\"ready\" selected"), "{html}");
+    }
+
+    #[test]
+    fn oom_logs_link_to_their_pages() {
+        let logs = vec![OomLogItem {
+            id: "7c1a".into(),
+            name: "train.log".into(),
+            created: "2026-12-02 18:29 UTC".into(),
+            created_iso: "2026-12-02T18:29:00Z".into(),
+            size_bytes: 1566,
+        }];
+        let html = crate::render(move || view! { <OomLogsView logs=logs/> });
+        assert!(html.contains("href=\"/logs/7c1a\""), "{html}");
+        assert!(
+            html.contains(">train.log<") && html.contains("1.53 KiB"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use super::params::{ApiQuery, empty_as_none};
 use super::snapshots::{decode_cursor, encode_cursor, page_size, parse_id};
 use super::upload::check_text;
 use super::{ApiError, AppState};
+use crate::db::Team;
 use crate::db::oom_logs::{self, NewOomLog};
 use crate::ingest;
 
@@ -61,40 +62,11 @@ pub async fn create(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let name = p.name.unwrap_or_else(|| "oom-log".to_string());
-    check_text("name", &name, 200)?;
-    if body.len() > MAX_BYTES {
-        return Err(ApiError::TooLarge(format!(
-            "the log is larger than {} (cut it to the part around the error)",
-            oomlens_engine::Bytes(MAX_BYTES as u64)
-        )));
-    }
-    let text = String::from_utf8_lossy(&body);
-    let report = ingest::analyze_log_text(&text)
-        .map_err(|why| ApiError::Unprocessable(format!("{name}: {why}")))?
-        .with_source_name(&name);
-    let analysis = serde_json::to_string(&report)
-        .map_err(|e| ApiError::internal("could not encode the analysis", &e))?;
-    let sha256: [u8; 32] = Sha256::digest(&body).into();
-    let (id, created) = oom_logs::insert_or_get(
-        &state.get().pool,
-        &NewOomLog {
-            team_id: team.id,
-            name: &name,
-            sha256,
-            body: &text,
-            analysis: &analysis,
-        },
-    )
-    .await?;
-    // An earlier upload keeps its own analysis (its name may differ).
-    let analysis = if created {
-        analysis
-    } else {
-        oom_logs::get(&state.get().pool, team.id, id)
-            .await?
-            .map(|(_, a)| a)
-            .unwrap_or(analysis)
-    };
+    let StoredLog {
+        id,
+        created,
+        analysis,
+    } = store_log(&state, &team, &name, &body).await?;
     let url = state.url(&headers, &format!("/api/v1/oom-logs/{id}"));
     let code = if created {
         StatusCode::CREATED
@@ -111,6 +83,67 @@ pub async fn create(
         h.insert(header::LOCATION, v);
     }
     Ok(resp)
+}
+
+/// What [`store_log`] stored.
+#[derive(Debug, Clone)]
+pub struct StoredLog {
+    /// The log's id.
+    pub id: Uuid,
+    /// False when the team had uploaded the same text before (this is that upload).
+    pub created: bool,
+    /// The stored analysis: the JSON of `oomlens analyze --json` for the log.
+    pub analysis: String,
+}
+
+/// The log path shared by `POST /api/v1/oom-logs` and the web UI's upload form: checks the name
+/// and size, analyses the text (a 422 when it holds no OOM message; nothing is stored then) and
+/// stores it for `team`, or finds the team's earlier upload of the same text.
+pub async fn store_log(
+    state: &AppState,
+    team: &Team,
+    name: &str,
+    body: &[u8],
+) -> Result<StoredLog, ApiError> {
+    check_text("name", name, 200)?;
+    if body.len() > MAX_BYTES {
+        return Err(ApiError::TooLarge(format!(
+            "the log is larger than {} (cut it to the part around the error)",
+            oomlens_engine::Bytes(MAX_BYTES as u64)
+        )));
+    }
+    let text = String::from_utf8_lossy(body);
+    let report = ingest::analyze_log_text(&text)
+        .map_err(|why| ApiError::Unprocessable(format!("{name}: {why}")))?
+        .with_source_name(name);
+    let analysis = serde_json::to_string(&report)
+        .map_err(|e| ApiError::internal("could not encode the analysis", &e))?;
+    let sha256: [u8; 32] = Sha256::digest(body).into();
+    let (id, created) = oom_logs::insert_or_get(
+        &state.get().pool,
+        &NewOomLog {
+            team_id: team.id,
+            name,
+            sha256,
+            body: &text,
+            analysis: &analysis,
+        },
+    )
+    .await?;
+    // An earlier upload keeps its own analysis (its name may differ).
+    let analysis = if created {
+        analysis
+    } else {
+        oom_logs::get(&state.get().pool, team.id, id)
+            .await?
+            .map(|(_, a)| a)
+            .unwrap_or(analysis)
+    };
+    Ok(StoredLog {
+        id,
+        created,
+        analysis,
+    })
 }
 
 /// A stored log.

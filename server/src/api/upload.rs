@@ -15,6 +15,7 @@ use tokio::io::AsyncWriteExt;
 use uuid::Uuid;
 
 use super::auth::Caller;
+use super::oom_logs::{MAX_BYTES as MAX_LOG_BYTES, StoredLog, store_log};
 use super::params::{ApiQuery, empty_as_none};
 use super::{ApiError, AppState};
 use crate::blob;
@@ -239,16 +240,80 @@ pub enum BlankFields {
     Absent,
 }
 
-/// The upload path shared by `POST /api/v1/snapshots` and the web UI's upload form: reads the
-/// request (raw body, or multipart field `file` and the text fields), checks the snapshot, stores
-/// it in the blob store and queues its analysis, for `team`.
+/// The upload path of `POST /api/v1/snapshots`: reads the request (raw body, or multipart field
+/// `file` and the text fields), checks the snapshot, stores it in the blob store and queues its
+/// analysis, for `team`.
 pub async fn store_upload(
     state: &AppState,
     team: &Team,
-    mut params: UploadParams,
+    params: UploadParams,
     request: Request,
     blank: BlankFields,
 ) -> Result<Stored, ApiError> {
+    let spooled = spool_request(state, params, request, blank).await?;
+    store_spooled(state, team, spooled).await
+}
+
+/// What the web UI's upload form stored: a snapshot or an OOM log.
+#[derive(Debug, Clone)]
+pub enum Received {
+    /// A snapshot, queued for analysis.
+    Snapshot(Stored),
+    /// An OOM log, analysed and stored.
+    Log(StoredLog),
+}
+
+/// The web UI's upload path: like [`store_upload`], but a file that is plain text (not gzip) is
+/// taken as an OOM log and stored as `POST /api/v1/oom-logs` stores it. The kind is told by
+/// content ([`ingest::kind_of`], as `oomlens analyze` does), never by the file's name.
+pub async fn store_snapshot_or_log(
+    state: &AppState,
+    team: &Team,
+    request: Request,
+) -> Result<Received, ApiError> {
+    let spooled =
+        spool_request(state, UploadParams::default(), request, BlankFields::Absent).await?;
+    let input = Input::File(spooled.path.to_path_buf());
+    let kind = tokio::task::spawn_blocking(move || ingest::kind_of(&input))
+        .await
+        .map_err(|e| ApiError::internal("the upload check stopped", &e))?
+        .map_err(|e| ApiError::internal("could not read the spool file", &e))?;
+    if kind != (Kind::Text, false) {
+        return Ok(Received::Snapshot(
+            store_spooled(state, team, spooled).await?,
+        ));
+    }
+    let name = (spooled.params.name.as_ref())
+        .or(spooled.file_name.as_ref())
+        .map_or_else(|| "oom-log".to_string(), String::clone);
+    if spooled.size > MAX_LOG_BYTES as u64 {
+        return Err(ApiError::TooLarge(format!(
+            "{name}: this is text, so an OOM log, and larger than the {} a log may be (cut it to the part around the error)",
+            oomlens_engine::Bytes(MAX_LOG_BYTES as u64)
+        )));
+    }
+    let body = tokio::fs::read(&spooled.path)
+        .await
+        .map_err(|e| ApiError::internal("could not read the spool file", &e))?;
+    Ok(Received::Log(store_log(state, team, &name, &body).await?))
+}
+
+/// A request's file, spooled to disk, and its text fields.
+struct Spooled {
+    params: UploadParams,
+    file_name: Option<String>,
+    path: TempPath,
+    sha256: [u8; 32],
+    size: u64,
+}
+
+/// Reads the request (raw body, or multipart field `file` and the text fields) to a spool file.
+async fn spool_request(
+    state: &AppState,
+    mut params: UploadParams,
+    request: Request,
+    blank: BlankFields,
+) -> Result<Spooled, ApiError> {
     let headers = request.headers().clone();
     let multipart = headers
         .get(header::CONTENT_TYPE)
@@ -310,6 +375,30 @@ pub async fn store_upload(
         let body: Body = request.into_body();
         spool.write(body.into_data_stream()).await?;
     }
+    let (path, sha256, size) = spool.finish().await?;
+    metrics::counter!("oomlens_upload_bytes_total").increment(size);
+    Ok(Spooled {
+        params,
+        file_name,
+        path,
+        sha256,
+        size,
+    })
+}
+
+/// Checks a spooled snapshot, stores it in the blob store and queues its analysis, for `team`.
+async fn store_spooled(
+    state: &AppState,
+    team: &Team,
+    spooled: Spooled,
+) -> Result<Stored, ApiError> {
+    let Spooled {
+        mut params,
+        file_name,
+        path,
+        sha256,
+        size,
+    } = spooled;
     let name = params
         .name
         .take()
@@ -322,8 +411,6 @@ pub async fn store_upload(
         job_url: optional("job_url", params.job_url.take())?,
         gpu_name: optional("gpu_name", params.gpu_name.take())?,
     };
-    let (path, sha256, size) = spool.finish().await?;
-    metrics::counter!("oomlens_upload_bytes_total").increment(size);
 
     // The same bytes again: the earlier upload, without reading them again.
     if let Some(row) = snapshots::find_by_content(&state.get().pool, team.id, &sha256).await? {

@@ -1,11 +1,11 @@
 //! [`TeamBackend`]: the app's `Backend` over the database, for one team (the session's). Every
 //! query goes through the team-scoped `db` functions the API uses, so another team's snapshot
-//! is simply not there.
+//! or OOM log is simply not there.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use oomlens_app::api::{
-    AnalysisView, Figure, Figures, ListQuery, PostMortem, RangeView, SnapshotItem, SnapshotList,
-    WhatIfView, Zoom,
+    AnalysisView, Figure, Figures, ListQuery, LogAnalysisView, OomLog, OomLogItem, PostMortem,
+    RangeView, SnapshotItem, SnapshotList, UploadStatus, WhatIfView, Zoom,
 };
 use oomlens_app::backend::{Backend, BackendError, SharedBackend};
 use oomlens_charts::Theme;
@@ -14,11 +14,14 @@ use uuid::Uuid;
 
 use crate::api::{ApiError, decode_cursor, encode_cursor};
 use crate::db::snapshots::{self, ListFilter, SnapshotRow};
-use crate::db::{Team, share_links, whatifs};
+use crate::db::{Team, oom_logs, share_links, whatifs};
 use crate::figures::{Chart, FigureParams, Inputs};
 
 /// Rows per page of the list.
 const PAGE: i64 = 50;
+
+/// OOM logs shown under the list.
+const RECENT_LOGS: i64 = 20;
 
 /// The backend of one request: the database, scoped to the session's team.
 pub struct TeamBackend {
@@ -123,6 +126,59 @@ impl Backend for TeamBackend {
         };
         let base = format!("/figures/snapshots/{id}");
         post_mortem(&self.pool, self.team.id, id, zoom, base, false).await
+    }
+
+    async fn upload_status(&self, id: String) -> Result<Option<UploadStatus>, BackendError> {
+        let Ok(id) = Uuid::parse_str(&id) else {
+            return Ok(None);
+        };
+        let row = snapshots::get(&self.pool, self.team.id, id)
+            .await
+            .map_err(db_error)?;
+        Ok(row.map(|r| UploadStatus {
+            status: r.status,
+            error: r.error,
+        }))
+    }
+
+    async fn oom_log(&self, id: String) -> Result<Option<OomLog>, BackendError> {
+        let Ok(id) = Uuid::parse_str(&id) else {
+            return Ok(None);
+        };
+        let Some((row, text)) = oom_logs::get(&self.pool, self.team.id, id)
+            .await
+            .map_err(db_error)?
+        else {
+            return Ok(None);
+        };
+        let analysis = serde_json::from_str::<LogAnalysisView>(&text).map_err(|e| {
+            tracing::error!(oom_log = %id, error = %e, "stored log analysis does not read");
+            BackendError::Failed("internal error: the stored analysis does not read".into())
+        })?;
+        Ok(Some(OomLog {
+            id: row.id.to_string(),
+            name: row.name,
+            created: shown(row.created_at),
+            created_iso: iso(row.created_at),
+            size_bytes: u64::try_from(row.size_bytes).unwrap_or(0),
+            analysis,
+        }))
+    }
+
+    async fn recent_oom_logs(&self) -> Result<Vec<OomLogItem>, BackendError> {
+        let rows = oom_logs::list(&self.pool, self.team.id, None, RECENT_LOGS)
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| OomLogItem {
+                id: r.id.to_string(),
+                name: r.name,
+                created: shown(r.created_at),
+                created_iso: iso(r.created_at),
+                size_bytes: u64::try_from(r.size_bytes).unwrap_or(0),
+            })
+            .collect())
     }
 }
 
@@ -308,5 +364,26 @@ mod tests {
         assert_eq!(a.peak.map(|p| p.reserved_bytes), Some(10_605_297_664));
         assert!(a.oom.is_none());
         assert_eq!(a.categories_at_peak.map(|c| c.parameter.count), Some(1));
+    }
+
+    #[test]
+    fn a_stored_log_analysis_reads_into_the_log_page_dto() {
+        let text = r#"{"source":{"kind":"oom_log","name":"x"},"events":0,"peak":null,"oom":null,
+            "oom_messages":[{"framework":"pytorch","dialect":"torch>=2.1","text":"CUDA out of memory.",
+            "line":11,"requested_bytes":1048576000,"total_capacity_bytes":150109106995,
+            "free_bytes":49703509033,"other_processes":[{"pid":4045,"in_use_bytes":1}],
+            "allowed_bytes":null,"private_pools_bytes":null,"tensor_shape":null,"dtype":null,
+            "frames":[{"file":"/opt/job/train.py","line":194,"function":"run_case","code":null}],
+            "exception":"torch.OutOfMemoryError",
+            "diagnosis":{"kind":"fragmentation","explanation":"e"}}]}"#;
+        let a: LogAnalysisView = serde_json::from_str(text).expect("reads");
+        let m = &a.oom_messages[0];
+        assert_eq!(m.requested_bytes, Some(1_048_576_000));
+        assert_eq!(m.allowed_bytes, None);
+        assert_eq!(m.frames[0].line, 194);
+        assert_eq!(
+            m.diagnosis.as_ref().map(|d| d.kind.as_str()),
+            Some("fragmentation")
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The web UI on the server: the leptos app (`oomlens-app`) rendered by leptos_axum beside the
 //! REST API, the page session (an API token in an HttpOnly cookie), the form routes that change
-//! state (`/login`, `/logout`, `/upload`), the built browser half under `/pkg`, and the
+//! state (`/login`, `/logout`, `/upload`, `/upload/log`), the built browser half under `/pkg`, and the
 //! [`backend::TeamBackend`] that answers the pages' server functions from the database.
 //!
 //! Requests flow: [`session::resolve`] turns the cookie into a [`session::Session`] (a team) in
@@ -96,6 +96,15 @@ pub fn router(state: &AppState, site: &Site) -> Router<AppState> {
         .route(
             "/upload",
             post(forms::upload).layer(DefaultBodyLimit::max(max_upload.saturating_add(1 << 20))),
+        )
+        .route(
+            "/upload/log",
+            // Form-encoding can triple the text's size.
+            post(forms::upload_log).layer(DefaultBodyLimit::max(
+                crate::api::MAX_LOG_BYTES
+                    .saturating_mul(3)
+                    .saturating_add(1 << 16),
+            )),
         )
         .leptos_routes_with_context(
             &web,
