@@ -187,8 +187,7 @@ impl Inputs {
         } else {
             None
         };
-        // The timeline draws the limit the OOM state inferred.
-        let oom_state = if charts.contains(&Chart::Segments) || charts.contains(&Chart::Timeline) {
+        let oom_state = if charts.contains(&Chart::Segments) {
             match snapshots::oom_state(pool, team_id, id).await? {
                 Some(text) => Some(
                     serde_json::from_str(&text)
@@ -199,7 +198,8 @@ impl Inputs {
         } else {
             None
         };
-        let whatif = if charts.contains(&Chart::Remedies) {
+        // The timeline draws the limit of the latest what-if (a snapshot does not record one).
+        let whatif = if charts.contains(&Chart::Remedies) || charts.contains(&Chart::Timeline) {
             whatifs::latest(pool, team_id, id).await?
         } else {
             None
@@ -247,9 +247,10 @@ impl Inputs {
         let drawn = match chart {
             Chart::Timeline => {
                 let mut t = timeline(&self.analysis, self.series.as_ref(), p, width)?;
-                t.capacity = t
-                    .capacity
-                    .or_else(|| self.oom_state.as_ref().and_then(|s| s.limit_bytes));
+                t.capacity = t.capacity.or_else(|| {
+                    let w: Value = serde_json::from_str(self.whatif.as_deref()?).ok()?;
+                    w["capacity_bytes"].as_u64()
+                });
                 charts::timeline_svg(&t, size, theme)
             }
             Chart::Categories => charts::categories_svg(&categories(&self.analysis), size, theme),
@@ -412,7 +413,10 @@ fn timeline(
     };
     let mut t = charts::Timeline::new(format!("Memory over the trace ({events} events)"), columns);
     t.capacity = p.capacity;
-    if let Some(ev) = u64_at(analysis, &["oom", "event_index"]) {
+    // The OOM, when it lies in the range drawn (outside it, it would stretch the axis).
+    if let Some(ev) = u64_at(analysis, &["oom", "event_index"])
+        .filter(|e| p.from.is_none_or(|f| *e >= f as u64) && p.to.is_none_or(|t| *e < t as u64))
+    {
         let requested = u64_at(analysis, &["oom", "requested_bytes"]).unwrap_or(0);
         t.oom = Some(charts::OomMarker {
             event: ev,
@@ -540,6 +544,26 @@ mod tests {
         assert!(parse_file("timeline.gif").is_err());
         assert!(parse_file("../etc.svg").is_err());
         assert!(parse_file("timeline").is_err());
+    }
+
+    #[test]
+    fn a_zoomed_timeline_marks_the_oom_only_inside_its_range() {
+        let analysis = serde_json::json!({
+            "oom": {"event_index": 553, "requested_bytes": 1u64 << 30, "time_us": 9},
+            "timeline": {"events": 556, "points": (0..556u64)
+                .map(|i| serde_json::json!({"event_index": i, "allocated_bytes": i, "reserved_bytes": i}))
+                .collect::<Vec<_>>()}
+        });
+        let zoom = |from, to| FigureParams {
+            from: Some(from),
+            to: Some(to),
+            ..FigureParams::default()
+        };
+        let t = timeline(&analysis, None, &zoom(129, 318), 960).expect("drawn");
+        assert!(t.oom.is_none(), "the OOM at 553 is outside 129..318");
+        assert_eq!(t.columns.last().map(|c| c.event_to), Some(317));
+        let t = timeline(&analysis, None, &zoom(500, 556), 960).expect("drawn");
+        assert_eq!(t.oom.map(|o| o.event), Some(553));
     }
 
     #[test]

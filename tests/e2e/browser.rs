@@ -191,6 +191,14 @@ fn check_drag_zoom(tab: &Tab<'_>) {
     );
     let after = tab.eval("document.querySelector('#timeline svg').getAttribute('data-x1')");
     assert_ne!(before, after, "the timeline was redrawn for the range");
+    let drawn_to: u64 = after
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("data-x1 of the zoomed timeline: {after}"));
+    assert!(
+        drawn_to <= to,
+        "the zoomed axis ends inside the range (nothing outside it stretches it): {drawn_to} vs {to}"
+    );
     assert_eq!(
         tab.eval("document.querySelector('form.zoom input[name=from]').value"),
         Value::from(from.to_string()),
