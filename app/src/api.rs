@@ -50,18 +50,22 @@ pub struct SnapshotList {
     pub next_cursor: Option<String>,
 }
 
-/// The part of the trace a post-mortem page shows: `?from=&to=` (event indices, `to`
-/// exclusive); both absent for the whole trace.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Zoom {
+/// What a post-mortem page shows of the trace: `?from=&to=` (event indices, `to` exclusive;
+/// both absent for the whole trace) and `?remedy=SPEC`, a remedy whose replay the timeline
+/// overlays.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceView {
     /// First event shown.
     pub from: Option<u64>,
     /// End of the range shown (exclusive).
     pub to: Option<u64>,
+    /// The remedy overlaid on the timeline.
+    pub remedy: Option<String>,
 }
 
-impl Zoom {
-    /// The query string that asks for this range (`?from=10&to=20`), empty for the whole trace.
+impl TraceView {
+    /// The query string that asks for this view (`?from=10&to=20&remedy=amp%3Dbf16`), empty for
+    /// the whole trace alone.
     pub fn query(&self) -> String {
         let mut parts = Vec::new();
         if let Some(f) = self.from {
@@ -69,6 +73,9 @@ impl Zoom {
         }
         if let Some(t) = self.to {
             parts.push(format!("to={t}"));
+        }
+        if let Some(r) = &self.remedy {
+            parts.push(format!("remedy={}", crate::format::encode(r)));
         }
         if parts.is_empty() {
             String::new()
@@ -124,6 +131,8 @@ pub struct Figures {
     pub events: u64,
     /// The zoomed range shown, if any.
     pub range: Option<RangeView>,
+    /// Why the asked remedy could not be overlaid (a bad spec, or its replay failed).
+    pub overlay_error: Option<String>,
 }
 
 /// One post-mortem: the upload, its status and, when ready, its analysis and stored what-ifs.
@@ -160,7 +169,7 @@ pub struct PostMortem {
     /// Seen through a share link: read-only, no team navigation.
     pub shared: bool,
     /// The range asked for.
-    pub zoom: Zoom,
+    pub zoom: TraceView,
 }
 
 /// The parts of `oomlens analyze --json` that the post-mortem page shows.

@@ -8,7 +8,9 @@
 
 use leptos::prelude::*;
 
-use crate::api::{ListQuery, OomLog, OomLogItem, PostMortem, SnapshotList, UploadStatus, Zoom};
+use crate::api::{
+    ListQuery, OomLog, OomLogItem, PostMortem, SnapshotList, TraceView, UploadStatus,
+};
 
 /// What a page may ask the server for, always about the session's team.
 #[cfg(feature = "ssr")]
@@ -20,8 +22,11 @@ pub trait Backend: Send + Sync {
     async fn snapshots(&self, query: ListQuery) -> Result<SnapshotList, BackendError>;
     /// One post-mortem, its charts drawn for `zoom`; `None` when the team has no snapshot `id`
     /// (or `id` is not an id).
-    async fn post_mortem(&self, id: String, zoom: Zoom)
-    -> Result<Option<PostMortem>, BackendError>;
+    async fn post_mortem(
+        &self,
+        id: String,
+        zoom: TraceView,
+    ) -> Result<Option<PostMortem>, BackendError>;
     /// Where the analysis of snapshot `id` stands; `None` as for [`Backend::post_mortem`].
     async fn upload_status(&self, id: String) -> Result<Option<UploadStatus>, BackendError>;
     /// One stored OOM log; `None` when the team has no log `id` (or `id` is not an id).
@@ -39,7 +44,7 @@ pub trait SharedBackend: Send + Sync {
     async fn shared_post_mortem(
         &self,
         secret: String,
-        zoom: Zoom,
+        zoom: TraceView,
     ) -> Result<Option<PostMortem>, BackendError>;
 }
 
@@ -90,13 +95,19 @@ pub async fn list_snapshots(query: ListQuery) -> Result<SnapshotList, ServerFnEr
 
 /// One of the team's post-mortems; `None` when there is no such snapshot in the team.
 #[server(prefix = "/ui/fn")]
-pub async fn load_post_mortem(id: String, zoom: Zoom) -> Result<Option<PostMortem>, ServerFnError> {
+pub async fn load_post_mortem(
+    id: String,
+    zoom: TraceView,
+) -> Result<Option<PostMortem>, ServerFnError> {
     backend()?.post_mortem(id, zoom).await.map_err(to_sfn)
 }
 
 /// The post-mortem of a share link; `None` for an unknown or revoked link.
 #[server(prefix = "/ui/fn")]
-pub async fn load_shared(secret: String, zoom: Zoom) -> Result<Option<PostMortem>, ServerFnError> {
+pub async fn load_shared(
+    secret: String,
+    zoom: TraceView,
+) -> Result<Option<PostMortem>, ServerFnError> {
     let shared = use_context::<std::sync::Arc<dyn SharedBackend>>()
         .ok_or_else(|| ServerFnError::new("share links are not served here"))?;
     shared

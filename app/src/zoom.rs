@@ -8,7 +8,7 @@
 
 use leptos::prelude::*;
 use leptos_router::NavigateOptions;
-use leptos_router::hooks::{use_location, use_navigate};
+use leptos_router::hooks::{use_location, use_navigate, use_query_map};
 
 use crate::api::Figure;
 use crate::components::ChartFigure;
@@ -61,6 +61,7 @@ pub fn ZoomableTimeline(
     let now = RwSignal::new(0.0f64);
     let navigate = use_navigate();
     let location = use_location();
+    let query_map = use_query_map();
     let selection_style = move || match start.get() {
         Some(s) => {
             let (l, r) = (s.min(now.get()), s.max(now.get()));
@@ -95,8 +96,15 @@ pub fn ZoomableTimeline(
         if let Some((axis, scale)) = measure(&node) {
             let (from, to) = axis.range(s / scale, x / scale);
             let path = location.pathname.get_untracked();
+            // The overlaid remedy, if any, stays.
+            let remedy = query_map.with_untracked(|q| q.get("remedy"));
+            let view = crate::api::TraceView {
+                from: Some(from),
+                to: Some(to),
+                remedy,
+            };
             navigate(
-                &format!("{path}?from={from}&to={to}"),
+                &format!("{path}{}", view.query()),
                 NavigateOptions::default(),
             );
         }

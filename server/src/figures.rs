@@ -75,6 +75,10 @@ pub struct FigureParams {
     /// the process's limit).
     #[serde(default, deserialize_with = "empty_as_none")]
     pub capacity: Option<u64>,
+    /// A remedy spec (`amp=bf16`): the timeline overlays that remedy's replay, dashed;
+    /// `remedy.pickle` is its trace.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub remedy: Option<String>,
 }
 
 /// `GET /figures/snapshots/{id}/{file}`.
@@ -160,6 +164,8 @@ pub struct Inputs {
     series: Option<Series>,
     oom_state: Option<OomState>,
     whatif: Option<String>,
+    /// A remedy's series to draw over the timeline: its spec and series.
+    pub overlay: Option<(String, Series)>,
 }
 
 impl Inputs {
@@ -209,6 +215,7 @@ impl Inputs {
             series,
             oom_state,
             whatif,
+            overlay: None,
         }))
     }
 
@@ -251,6 +258,9 @@ impl Inputs {
                     let w: Value = serde_json::from_str(self.whatif.as_deref()?).ok()?;
                     w["capacity_bytes"].as_u64()
                 });
+                if let (Some((spec, remedy)), Some(base)) = (&self.overlay, &self.series) {
+                    t.overlay = Some(overlay(spec, base, remedy, p, t.columns.len()));
+                }
                 charts::timeline_svg(&t, size, theme)
             }
             Chart::Categories => charts::categories_svg(&categories(&self.analysis), size, theme),
@@ -287,14 +297,24 @@ async fn figure(
     file: &str,
     p: FigureParams,
 ) -> Result<Response, ApiError> {
+    if file == "remedy.pickle" {
+        let spec = p.remedy.as_deref().ok_or_else(|| {
+            ApiError::BadRequest("remedy.pickle needs ?remedy=SPEC (e.g. amp=bf16)".into())
+        })?;
+        return crate::remedy_trace::pickle(state, team_id, id, spec).await;
+    }
     let (chart, png) = parse_file(file)?;
     let theme = theme_of(&p)?;
-    let Some(inputs) = Inputs::load(&state.get().pool, team_id, id, &[chart]).await? else {
+    let Some(mut inputs) = Inputs::load(&state.get().pool, team_id, id, &[chart]).await? else {
         // No such snapshot for this team, or not analysed yet: the same answer to both.
         return Err(ApiError::NotFound(format!(
             "no analysed snapshot {id} (if it was just uploaded, its analysis is running)"
         )));
     };
+    if let (Chart::Timeline, Some(spec)) = (chart, p.remedy.as_deref()) {
+        let series = crate::remedy_trace::series(state, team_id, id, spec).await?;
+        inputs.overlay = Some((spec.to_string(), series));
+    }
     let scale = p.scale.unwrap_or(2.0);
     let drawn = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>, ApiError> {
         let Some(svg) = inputs.draw(chart, &p, theme)? else {
@@ -425,6 +445,50 @@ fn timeline(
         });
     }
     Ok(t)
+}
+
+/// A remedy's replay as a dashed overlay on the baseline's event axis. A remedy may change the
+/// number of events (checkpointing re-runs forwards, for one): its events are then placed in
+/// proportion, and the legend says so.
+fn overlay(
+    spec: &str,
+    base: &Series,
+    remedy: &Series,
+    p: &FigureParams,
+    columns: usize,
+) -> charts::Overlay {
+    let (nb, nr) = (base.len().max(1), remedy.len());
+    let to_remedy = |e: usize| ((e as u128 * nr as u128) / nb as u128) as usize;
+    let from = to_remedy(p.from.unwrap_or(0));
+    let to = to_remedy(p.to.unwrap_or(nb).min(nb)).max(from + 1).min(nr);
+    let to_base = |e: usize| ((e as u128 * nb as u128) / nr.max(1) as u128) as u64;
+    let cols = if from < to {
+        remedy
+            .window(from, to, columns.max(1))
+            .iter()
+            .map(|w| {
+                let mut c = column(w);
+                c.event_from = to_base(w.from);
+                c.event_to = to_base(w.to);
+                c
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let label = if nr == base.len() {
+        format!("{spec} (reserved)")
+    } else {
+        format!(
+            "{spec} (reserved; its {nr} events scaled to these {})",
+            base.len()
+        )
+    };
+    charts::Overlay {
+        label,
+        columns: cols,
+        series: charts::OverlaySeries::Reserved,
+    }
 }
 
 fn categories(analysis: &Value) -> charts::Categories {

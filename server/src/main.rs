@@ -11,6 +11,7 @@ mod db;
 mod figures;
 mod ingest;
 mod pg;
+mod remedy_trace;
 mod telemetry;
 mod web;
 mod worker;

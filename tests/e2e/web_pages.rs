@@ -258,7 +258,7 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
     // No what-if was asked: no remedies chart, a hint instead.
     assert!(!html.contains("id=\"remedies-chart\""), "{html}");
 
-    // Zoom (a GET form): the timeline is redrawn for the range and the range's peak is given.
+    // TraceView (a GET form): the timeline is redrawn for the range and the range's peak is given.
     let (code, zoomed) = page(&s, &cookie, &format!("{to}?from=10&to=200"));
     assert_eq!(code, StatusCode::OK);
     assert!(
@@ -612,4 +612,116 @@ fn an_oom_log_uploaded_or_pasted_lands_on_its_page_without_javascript() {
     let r = browser().get(s.url(&to)).send().expect("GET");
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(location(&r), "/login");
+}
+
+#[test]
+fn a_remedy_overlays_the_timeline_and_downloads_as_a_memory_viz_pickle() {
+    let s = TestServer::start(&[]);
+    let token = s.token(&unique("web-remedy"));
+    let cookie = sign_in(&s, &token);
+    let r = browser()
+        .post(s.url("/api/v1/snapshots?name=remedy"))
+        .bearer_auth(&token)
+        .body(std::fs::read(workspace().join(SNAP)).expect("data"))
+        .send()
+        .expect("upload");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let id = r.json::<Value>().expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    wait_analysed(&s, &token, &id);
+    let q =
+        serde_json::json!({"capacity_bytes": 10u64 << 30, "remedies": ["amp=bf16", "checkpoint"]});
+    let r = browser()
+        .post(s.url(&format!("/api/v1/snapshots/{id}/whatif")))
+        .bearer_auth(&token)
+        .json(&q)
+        .send()
+        .expect("whatif");
+    assert_eq!(r.status(), StatusCode::OK);
+
+    // The remedies table links each remedy's overlay and pickle; the chart is drawn.
+    let (_, html) = page(&s, &cookie, &format!("/snapshots/{id}"));
+    assert!(html.contains("id=\"remedies-chart\""), "{html}");
+    assert!(
+        html.contains("href=\"?remedy=amp%3Dbf16#timeline\""),
+        "{html}"
+    );
+    assert!(
+        html.contains(&format!(
+            "href=\"/figures/snapshots/{id}/remedy.pickle?remedy=amp%3Dbf16\""
+        )),
+        "{html}"
+    );
+    // The what-if's limit is drawn on the timeline.
+    assert!(html.contains("limit 10.00 GiB"), "{html}");
+
+    // Overlaid (zoomed too): the dashed line's legend names it; the page says how to hide it.
+    let (code, html) = page(
+        &s,
+        &cookie,
+        &format!("/snapshots/{id}?from=0&to=400&remedy=checkpoint"),
+    );
+    assert_eq!(code, StatusCode::OK);
+    assert!(
+        text_of(&html, "overlay").contains("Dashed: the reserved memory with"),
+        "{html}"
+    );
+    assert!(html.contains("checkpoint (reserved"), "{html}");
+    assert!(
+        html.contains("<input type=\"hidden\" name=\"remedy\" value=\"checkpoint\">"),
+        "the zoom form keeps the remedy: {html}"
+    );
+    // Stored: the second view does not replay again.
+    assert_eq!(
+        s.sql(&format!(
+            "SELECT count(*) FROM remedy_series WHERE snapshot_id = '{id}'"
+        )),
+        "1"
+    );
+
+    // A bad remedy: the page still renders, and says what is wrong.
+    let (code, html) = page(&s, &cookie, &format!("/snapshots/{id}?remedy=warp-drive"));
+    assert_eq!(code, StatusCode::OK);
+    assert!(
+        text_of(&html, "overlay-error").contains("warp-drive"),
+        "{html}"
+    );
+
+    // The remedy's trace as a pickle that the snapshot reader (and memory_viz) reads.
+    let r = browser()
+        .get(s.url(&format!(
+            "/figures/snapshots/{id}/remedy.pickle?remedy=amp%3Dbf16"
+        )))
+        .header(COOKIE, &cookie)
+        .send()
+        .expect("pickle");
+    assert_eq!(r.status(), StatusCode::OK);
+    let bytes = r.bytes().expect("bytes");
+    assert_eq!(bytes[0], 0x80, "a pickle (protocol header)");
+    let snap = oomlens_engine::snapshot::read_snapshot(
+        bytes.as_ref(),
+        &oomlens_engine::snapshot::ReadOptions::default(),
+    )
+    .expect("the downloaded pickle reads as a snapshot");
+    assert!(!snap.traces.is_empty(), "it has a trace");
+    let r = browser()
+        .get(s.url(&format!(
+            "/figures/snapshots/{id}/remedy.pickle?remedy=warp-drive"
+        )))
+        .header(COOKIE, &cookie)
+        .send()
+        .expect("bad pickle");
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // Another team gets nothing.
+    let other = s.token(&unique("web-remedy-b"));
+    let r = browser()
+        .get(s.url(&format!(
+            "/figures/snapshots/{id}/remedy.pickle?remedy=amp%3Dbf16"
+        )))
+        .bearer_auth(&other)
+        .send()
+        .expect("other team");
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }

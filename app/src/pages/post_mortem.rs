@@ -9,7 +9,7 @@ use leptos_meta::Meta;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use leptos_router::params::ParamsMap;
 
-use crate::api::{AnalysisView, Figures, PostMortem, WhatIfOutcome, WhatIfView, Zoom};
+use crate::api::{AnalysisView, Figures, PostMortem, TraceView, WhatIfOutcome, WhatIfView};
 use crate::backend::load_post_mortem;
 use crate::components::{ChartFigure, Layout};
 use crate::format::{bytes, share};
@@ -30,12 +30,13 @@ pub fn PostMortemPage() -> impl IntoView {
     }
 }
 
-/// The range a page's query string asks for (`?from=&to=`; anything else is ignored).
-pub fn zoom_of(q: &ParamsMap) -> Zoom {
+/// What a page's query string asks for (`?from=&to=&remedy=`; anything else is ignored).
+pub fn zoom_of(q: &ParamsMap) -> TraceView {
     let num = |k: &str| q.get(k).and_then(|v| v.trim().parse::<u64>().ok());
-    Zoom {
+    TraceView {
         from: num("from"),
         to: num("to"),
+        remedy: q.get("remedy").filter(|r| !r.trim().is_empty()),
     }
 }
 
@@ -192,7 +193,7 @@ fn AnalysisSections(
     a: AnalysisView,
     whatifs: Vec<WhatIfView>,
     figures: Figures,
-    zoom: Zoom,
+    zoom: TraceView,
     shared: bool,
 ) -> impl IntoView {
     let base = figures.base.clone();
@@ -280,7 +281,7 @@ fn AnalysisSections(
         <section class="timeline">
             <h2>"Memory over the trace"</h2>
             <ZoomableTimeline figure=figures.timeline.clone() base=base.clone() query=q.clone()/>
-            <ZoomForm figures=figures.clone() zoom=zoom/>
+            <ZoomForm figures=figures.clone() zoom=zoom.clone()/>
         </section>
         {(!notes.is_empty()).then(|| view! {
             <section class="diagnosis">
@@ -353,14 +354,14 @@ fn AnalysisSections(
                     name="segments"/>
             </section>
         })}
-        <WhatIfs id=id whatifs=whatifs figure=figures.remedies base=base shared=shared/>
+        <WhatIfs id=id whatifs=whatifs figure=figures.remedies base=base shared=shared view=zoom/>
     }
 }
 
 /// The zoom form under the timeline (a GET form: works without JavaScript) and, when zoomed,
 /// the range's own peak.
 #[component]
-fn ZoomForm(figures: Figures, zoom: Zoom) -> impl IntoView {
+fn ZoomForm(figures: Figures, zoom: TraceView) -> impl IntoView {
     let events = figures.events;
     let from = zoom.from.map(|v| v.to_string()).unwrap_or_default();
     let to = zoom.to.map(|v| v.to_string()).unwrap_or_default();
@@ -378,15 +379,48 @@ fn ZoomForm(figures: Figures, zoom: Zoom) -> impl IntoView {
             </p>
         }
     });
+    let overlay = match (&zoom.remedy, figures.overlay_error) {
+        (Some(_), Some(e)) => Some(
+            view! {
+                <p class="error" role="alert" data-testid="overlay-error">{e}</p>
+            }
+            .into_any(),
+        ),
+        (Some(r), None) => {
+            let mut without = zoom.clone();
+            without.remedy = None;
+            let href = if without.query().is_empty() {
+                "?".to_string()
+            } else {
+                without.query()
+            };
+            Some(
+                view! {
+                    <p class="overlay-note" data-testid="overlay">
+                        "Dashed: the reserved memory with " <code>{r.clone()}</code>
+                        ", replayed through the allocator. " <a href=href>"Hide it"</a>
+                    </p>
+                }
+                .into_any(),
+            )
+        }
+        _ => None,
+    };
     view! {
         {range}
+        {overlay}
         <form method="get" class="zoom" data-testid="zoom">
+            {zoom.remedy.clone().map(|r| view! { <input type="hidden" name="remedy" value=r/> })}
             <label>"Zoom to events " <input type="number" name="from" min="0" max=events
                 value=from placeholder="0" inputmode="numeric"/></label>
             <label>" to " <input type="number" name="to" min="1" max=events value=to
                 placeholder=events.to_string() inputmode="numeric"/></label>
             <button type="submit">"Zoom"</button>
-            {zoom.is_zoomed().then(|| view! { <a href="?" rel="external">"Whole trace"</a> })}
+            {zoom.is_zoomed().then(|| {
+                let whole = TraceView { remedy: zoom.remedy.clone(), ..TraceView::default() };
+                let href = if whole.query().is_empty() { "?".to_string() } else { whole.query() };
+                view! { <a href=href rel="external">"Whole trace"</a> }
+            })}
         </form>
     }
 }
@@ -396,6 +430,7 @@ fn ZoomForm(figures: Figures, zoom: Zoom) -> impl IntoView {
 fn WhatIfs(
     id: String,
     whatifs: Vec<WhatIfView>,
+    view: TraceView,
     figure: Option<crate::api::Figure>,
     base: String,
     shared: bool,
@@ -406,8 +441,10 @@ fn WhatIfs(
             <h2>"What if…"</h2>
             {if any {
                 view! {
-                    <ChartFigure element_id="remedies-chart" figure=figure base=base name="remedies"/>
-                    {whatifs.into_iter().map(|w| view! { <WhatIfTable w=w/> }).collect_view()}
+                    <ChartFigure element_id="remedies-chart" figure=figure base=base.clone() name="remedies"/>
+                    {whatifs.into_iter().map(|w| view! {
+                        <WhatIfTable w=w base=base.clone() view=view.clone()/>
+                    }).collect_view()}
                 }.into_any()
             } else if shared {
                 view! { <p class="hint">"No what-if answers were stored for this run."</p> }.into_any()
@@ -435,8 +472,30 @@ pub fn ranked(remedies: Vec<WhatIfOutcome>) -> Vec<WhatIfOutcome> {
 
 /// One what-if answer: the baseline, then each remedy, ranked.
 #[component]
-fn WhatIfTable(w: WhatIfView) -> impl IntoView {
+fn WhatIfTable(w: WhatIfView, base: String, view: TraceView) -> impl IntoView {
     let row = |rank: String, label: String, o: WhatIfOutcome| {
+        // A remedy row links its overlay on the timeline (same range) and its trace as a pickle.
+        let links = (!o.remedy.is_empty()).then(|| {
+            let mut with = view.clone();
+            with.remedy = Some(o.remedy.clone());
+            let overlay = format!("{}#timeline", with.query());
+            let shown = view.remedy.as_deref() == Some(o.remedy.as_str());
+            let pickle = format!(
+                "{base}/remedy.pickle?remedy={}",
+                crate::format::encode(&o.remedy)
+            );
+            view! {
+                {if shown {
+                    view! { <span class="badge warn">"on the timeline"</span> }.into_any()
+                } else {
+                    view! { <a href=overlay data-testid="overlay-link">"overlay"</a> }.into_any()
+                }}
+                " · "
+                <a href=pickle download rel="external" title="The remedy's trace as a snapshot for memory_viz">
+                    "pickle"
+                </a>
+            }
+        });
         let peak = match (o.lower_bound, o.estimated_peak_reserved_bytes) {
             (true, Some(e)) => format!("≈ {} (≥ {})", bytes(e), bytes(o.peak_reserved_bytes)),
             (true, None) => format!("≥ {}", bytes(o.peak_reserved_bytes)),
@@ -455,6 +514,7 @@ fn WhatIfTable(w: WhatIfView) -> impl IntoView {
                 <td class="num">{peak}</td>
                 <td>{fits}</td>
                 <td>{fidelity}</td>
+                <td class="links">{links}</td>
             </tr>
         }
     };
@@ -485,6 +545,7 @@ fn WhatIfTable(w: WhatIfView) -> impl IntoView {
                 <th scope="col" class="num">"Predicted peak reserved"</th>
                 <th scope="col">"Fits"</th>
                 <th scope="col">"Figure"</th>
+                <th scope="col">"See"</th>
             </tr></thead>
             <tbody>{baseline}{rows}</tbody>
         </table>
@@ -582,9 +643,10 @@ mod tests {
                 remedies: Some(fig("remedies")),
                 events: 556,
                 range: None,
+                overlay_error: None,
             },
             shared: false,
-            zoom: Zoom::default(),
+            zoom: TraceView::default(),
         }
     }
 
@@ -656,9 +718,10 @@ mod tests {
     #[test]
     fn a_zoomed_page_says_its_range_and_keeps_it_in_the_downloads() {
         let mut pm = analysed();
-        pm.zoom = Zoom {
+        pm.zoom = TraceView {
             from: Some(100),
             to: Some(200),
+            remedy: Some("amp=bf16".into()),
         };
         pm.figures.range = Some(crate::api::RangeView {
             from: 100,
@@ -674,7 +737,20 @@ mod tests {
             "{html}"
         );
         assert!(
-            html.contains("href=\"/figures/snapshots/0b6f/timeline.png?from=100&amp;to=200\""),
+            html.contains(
+                "href=\"/figures/snapshots/0b6f/timeline.png?from=100&amp;to=200&amp;remedy=amp%3Dbf16\""
+            ),
+            "{html}"
+        );
+        // The overlaid remedy: said, with a link that hides it and keeps the range.
+        assert!(html.contains("Dashed: the reserved memory with"), "{html}");
+        assert!(
+            html.contains("href=\"?from=100&amp;to=200\">Hide it"),
+            "{html}"
+        );
+        // Its row in the what-if table is marked; the other remedies link their overlay.
+        assert!(
+            html.contains("on the timeline") || html.contains("overlay"),
             "{html}"
         );
         assert!(html.contains("value=\"100\""), "{html}");

@@ -295,3 +295,42 @@ pub async fn mark_failed(conn: &mut PgConnection, id: Uuid, error: &str) -> sqlx
     .await?;
     Ok(())
 }
+
+/// The stored series of remedy `spec` replayed on the team's snapshot.
+pub async fn remedy_series(
+    pool: &PgPool,
+    team_id: i64,
+    id: Uuid,
+    spec: &str,
+) -> sqlx::Result<Option<Vec<u8>>> {
+    sqlx::query_scalar(
+        "SELECT r.data FROM remedy_series r JOIN snapshots s ON s.id = r.snapshot_id
+         WHERE s.team_id = $1 AND s.id = $2 AND r.spec = $3",
+    )
+    .bind(team_id)
+    .bind(id)
+    .bind(spec)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Keeps the series of remedy `spec` replayed on snapshot `id` (the first one stored stays).
+pub async fn store_remedy_series(
+    pool: &PgPool,
+    id: Uuid,
+    spec: &str,
+    events: u64,
+    data: &[u8],
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO remedy_series (snapshot_id, spec, events, data) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (snapshot_id, spec) DO NOTHING",
+    )
+    .bind(id)
+    .bind(spec)
+    .bind(i64::try_from(events).unwrap_or(i64::MAX))
+    .bind(data)
+    .execute(pool)
+    .await?;
+    Ok(())
+}

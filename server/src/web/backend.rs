@@ -5,14 +5,14 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use oomlens_app::api::{
     AnalysisView, Figure, Figures, ListQuery, LogAnalysisView, OomLog, OomLogItem, PostMortem,
-    RangeView, SnapshotItem, SnapshotList, UploadStatus, WhatIfView, Zoom,
+    RangeView, SnapshotItem, SnapshotList, TraceView, UploadStatus, WhatIfView,
 };
 use oomlens_app::backend::{Backend, BackendError, SharedBackend};
 use oomlens_charts::Theme;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::api::{ApiError, decode_cursor, encode_cursor};
+use crate::api::{ApiError, AppState, decode_cursor, encode_cursor};
 use crate::db::snapshots::{self, ListFilter, SnapshotRow};
 use crate::db::{Team, oom_logs, share_links, whatifs};
 use crate::figures::{Chart, FigureParams, Inputs};
@@ -25,14 +25,19 @@ const RECENT_LOGS: i64 = 20;
 
 /// The backend of one request: the database, scoped to the session's team.
 pub struct TeamBackend {
+    state: AppState,
     pool: PgPool,
     team: Team,
 }
 
 impl TeamBackend {
     /// For `team`.
-    pub fn new(pool: PgPool, team: Team) -> TeamBackend {
-        TeamBackend { pool, team }
+    pub fn new(state: AppState, team: Team) -> TeamBackend {
+        TeamBackend {
+            pool: state.get().pool.clone(),
+            state,
+            team,
+        }
     }
 }
 
@@ -119,13 +124,13 @@ impl Backend for TeamBackend {
     async fn post_mortem(
         &self,
         id: String,
-        zoom: Zoom,
+        zoom: TraceView,
     ) -> Result<Option<PostMortem>, BackendError> {
         let Ok(id) = Uuid::parse_str(&id) else {
             return Ok(None);
         };
         let base = format!("/figures/snapshots/{id}");
-        post_mortem(&self.pool, self.team.id, id, zoom, base, false).await
+        post_mortem(&self.state, self.team.id, id, zoom, base, false).await
     }
 
     async fn upload_status(&self, id: String) -> Result<Option<UploadStatus>, BackendError> {
@@ -184,13 +189,13 @@ impl Backend for TeamBackend {
 
 /// The backend of share links, on every request (no session needed).
 pub struct ShareBackend {
-    pool: PgPool,
+    state: AppState,
 }
 
 impl ShareBackend {
     /// Over `pool`.
-    pub fn new(pool: PgPool) -> ShareBackend {
-        ShareBackend { pool }
+    pub fn new(state: AppState) -> ShareBackend {
+        ShareBackend { state }
     }
 }
 
@@ -199,16 +204,16 @@ impl SharedBackend for ShareBackend {
     async fn shared_post_mortem(
         &self,
         secret: String,
-        zoom: Zoom,
+        zoom: TraceView,
     ) -> Result<Option<PostMortem>, BackendError> {
-        let Some((team_id, id)) = share_links::resolve(&self.pool, &secret)
+        let Some((team_id, id)) = share_links::resolve(&self.state.get().pool, &secret)
             .await
             .map_err(db_error)?
         else {
             return Ok(None);
         };
         let base = format!("/s/{secret}/figures");
-        post_mortem(&self.pool, team_id, id, zoom, base, true).await
+        post_mortem(&self.state, team_id, id, zoom, base, true).await
     }
 }
 
@@ -226,13 +231,13 @@ fn api_error(e: ApiError) -> BackendError {
 
 /// Draws the page's charts (both palettes) from the stored analysis, series and OOM state.
 async fn figures(
-    pool: &PgPool,
+    state: &AppState,
     team_id: i64,
     id: Uuid,
-    zoom: Zoom,
+    view: &TraceView,
     base: String,
 ) -> Result<Figures, BackendError> {
-    let Some(inputs) = Inputs::load(pool, team_id, id, &Chart::ALL)
+    let Some(mut inputs) = Inputs::load(&state.get().pool, team_id, id, &Chart::ALL)
         .await
         .map_err(api_error)?
     else {
@@ -241,10 +246,19 @@ async fn figures(
             ..Figures::default()
         });
     };
+    // The remedy to overlay: computed from the upload on its first view (seconds for a large
+    // trace), stored then. A failure is shown on the page, which still renders.
+    let mut overlay_error = None;
+    if let Some(spec) = view.remedy.as_deref() {
+        match crate::remedy_trace::series(state, team_id, id, spec).await {
+            Ok(series) => inputs.overlay = Some((spec.to_string(), series)),
+            Err(e) => overlay_error = Some(api_error(e).to_string()),
+        }
+    }
     let events = inputs.events();
-    let to = zoom.to.unwrap_or(events).min(events);
-    let from = zoom.from.unwrap_or(0).min(to.saturating_sub(1));
-    let zoom = if zoom.is_zoomed() && to > from {
+    let to = view.to.unwrap_or(events).min(events);
+    let from = view.from.unwrap_or(0).min(to.saturating_sub(1));
+    let zoom = if view.is_zoomed() && to > from {
         Some((from, to))
     } else {
         None
@@ -281,6 +295,7 @@ async fn figures(
             remedies: draw(Chart::Remedies)?,
             events,
             range,
+            overlay_error,
         })
     })
     .await
@@ -289,13 +304,14 @@ async fn figures(
 
 /// One post-mortem of team `team_id`, with its charts for `zoom`.
 async fn post_mortem(
-    pool: &PgPool,
+    state: &AppState,
     team_id: i64,
     id: Uuid,
-    zoom: Zoom,
+    zoom: TraceView,
     base: String,
     shared: bool,
 ) -> Result<Option<PostMortem>, BackendError> {
+    let pool = &state.get().pool;
     let Some(row) = snapshots::get(pool, team_id, id).await.map_err(db_error)? else {
         return Ok(None);
     };
@@ -322,7 +338,7 @@ async fn post_mortem(
                 }
             })
             .collect();
-        let figures = figures(pool, team_id, id, zoom, base).await?;
+        let figures = figures(state, team_id, id, &zoom, base).await?;
         (analysis, whatifs, figures)
     } else {
         (None, Vec::new(), Figures::default())

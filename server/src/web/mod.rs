@@ -122,15 +122,14 @@ pub fn router(state: &AppState, site: &Site) -> Router<AppState> {
 
 /// Gives the request's leptos context a backend for the session's team, if there is a session.
 fn provide_backend(state: &AppState) {
-    let shared: Arc<dyn SharedBackend> =
-        Arc::new(backend::ShareBackend::new(state.get().pool.clone()));
+    let shared: Arc<dyn SharedBackend> = Arc::new(backend::ShareBackend::new(state.clone()));
     provide_context(shared);
     let Some(parts) = use_context::<Parts>() else {
         return;
     };
     if let Some(session) = parts.extensions.get::<session::Session>() {
         let backend: Arc<dyn Backend> = Arc::new(backend::TeamBackend::new(
-            state.get().pool.clone(),
+            state.clone(),
             session.team.clone(),
         ));
         provide_context(backend);
