@@ -90,6 +90,18 @@ impl TraceView {
     }
 }
 
+/// What was live at the peak of a zoomed range: the tables of the post-mortem page for that
+/// range.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RangeTables {
+    /// The event of the range's peak (the largest allocated bytes in it).
+    pub event: u64,
+    /// Bytes live there by category.
+    pub categories: Categories,
+    /// The largest allocation sites live there.
+    pub top_sites: Vec<SiteView>,
+}
+
 /// A chart drawn on the server as SVG, in both palettes: the stylesheet shows the one that
 /// matches the reader's colour scheme.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@
 use leptos::prelude::*;
 
 use crate::api::{
-    ListQuery, OomLog, OomLogItem, PostMortem, SnapshotList, TraceView, UploadStatus,
+    ListQuery, OomLog, OomLogItem, PostMortem, RangeTables, SnapshotList, TraceView, UploadStatus,
 };
 
 /// What a page may ask the server for, always about the session's team.
@@ -27,6 +27,13 @@ pub trait Backend: Send + Sync {
         id: String,
         zoom: TraceView,
     ) -> Result<Option<PostMortem>, BackendError>;
+    /// What was live at the peak of `view`'s range of snapshot `id`; `None` when `view` is
+    /// not zoomed, the range is empty, or the team has no such snapshot.
+    async fn range_tables(
+        &self,
+        id: String,
+        view: TraceView,
+    ) -> Result<Option<RangeTables>, BackendError>;
     /// Where the analysis of snapshot `id` stands; `None` as for [`Backend::post_mortem`].
     async fn upload_status(&self, id: String) -> Result<Option<UploadStatus>, BackendError>;
     /// One stored OOM log; `None` when the team has no log `id` (or `id` is not an id).
@@ -46,6 +53,12 @@ pub trait SharedBackend: Send + Sync {
         secret: String,
         zoom: TraceView,
     ) -> Result<Option<PostMortem>, BackendError>;
+    /// [`Backend::range_tables`] of the post-mortem that share link `secret` opens.
+    async fn shared_range_tables(
+        &self,
+        secret: String,
+        view: TraceView,
+    ) -> Result<Option<RangeTables>, BackendError>;
 }
 
 /// Why the backend could not answer.
@@ -114,6 +127,34 @@ pub async fn load_shared(
         .shared_post_mortem(secret, zoom)
         .await
         .map_err(to_sfn)
+}
+
+/// A post-mortem, as a page names it: the team's snapshot id, or a share link's secret.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum PostMortemRef {
+    /// `/snapshots/{id}` (needs the session's team).
+    Snapshot(String),
+    /// `/s/{secret}`.
+    Share(String),
+}
+
+/// What was live at the peak of the zoomed range of a post-mortem; `None` when not zoomed.
+#[server(prefix = "/ui/fn")]
+pub async fn load_range_tables(
+    of: PostMortemRef,
+    view: TraceView,
+) -> Result<Option<RangeTables>, ServerFnError> {
+    if !view.is_zoomed() {
+        return Ok(None);
+    }
+    match of {
+        PostMortemRef::Snapshot(id) => backend()?.range_tables(id, view).await.map_err(to_sfn),
+        PostMortemRef::Share(secret) => use_context::<std::sync::Arc<dyn SharedBackend>>()
+            .ok_or_else(|| ServerFnError::new("share links are not served here"))?
+            .shared_range_tables(secret, view)
+            .await
+            .map_err(to_sfn),
+    }
 }
 
 /// Where the analysis of one of the team's snapshots stands; `None` when there is no such

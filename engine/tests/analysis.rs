@@ -997,3 +997,36 @@ fn state_at_oom_explains_the_failed_request() {
         println!("{file}: {}", st.why);
     }
 }
+
+#[test]
+fn live_at_the_peak_is_what_the_analysis_reports_at_the_peak() {
+    let s = load("gpt__baseline__full.pickle.gz");
+    let a = analysis::analyze(&s);
+    let peak = &a.peak;
+    let event = peak.event_index.expect("the peak's event");
+    let (cats, sites) = analysis::live_at(&s, peak.device, event, 20);
+    assert_eq!(
+        serde_json::to_value(&cats).ok(),
+        serde_json::to_value(&a.categories_at_peak).ok()
+    );
+    assert_eq!(sites.len(), a.top_sites.len());
+    for (x, y) in sites.iter().zip(&a.top_sites) {
+        assert_eq!((&x.site, x.bytes, x.count), (&y.site, y.bytes, y.count));
+    }
+    // Earlier, less is live: the first event holds at most what the peak does.
+    let (early, _) = analysis::live_at(&s, peak.device, 0, 20);
+    let total = |c: &analysis::Categories| {
+        serde_json::to_value(c)
+            .ok()
+            .and_then(|v| v.as_object().cloned())
+            .map_or(0, |o| {
+                o.values().filter_map(|t| t["bytes"].as_u64()).sum::<u64>()
+            })
+    };
+    assert!(
+        total(&early) < total(&cats),
+        "{} vs {}",
+        total(&early),
+        total(&cats)
+    );
+}

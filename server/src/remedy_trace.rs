@@ -31,8 +31,13 @@ pub fn check_spec(spec: &str) -> Result<(), ApiError> {
 }
 
 /// Runs `f` on the team's snapshot `id`, read from the blob store, on a blocking thread under
-/// the server's bound on heavy work.
-async fn with_snapshot<T, F>(state: &AppState, team_id: i64, id: Uuid, f: F) -> Result<T, ApiError>
+/// the server's bound on heavy work (also used for the tables of a zoomed range).
+pub(crate) async fn with_snapshot<T, F>(
+    state: &AppState,
+    team_id: i64,
+    id: Uuid,
+    f: F,
+) -> Result<T, ApiError>
 where
     T: Send + 'static,
     F: FnOnce(&Snapshot) -> Result<T, ApiError> + Send + 'static,

@@ -184,6 +184,12 @@ fn check_drag_zoom(tab: &Tab<'_>) {
     };
     let (from, to) = (q("from"), q("to"));
     assert!(from > 0 && to > from, "a range inside the trace: {url}");
+    // The tables below follow: what was live at the range's own peak (a second query).
+    tab.wait_until(
+        "document.body.innerText.includes('Live at event ')",
+        PAGE,
+        "the tables at the range's peak",
+    );
     let range = tab.text("[data-testid=range]").expect("the range's line");
     assert!(
         range.starts_with(&format!("Events {from} to {} of ", to - 1)),

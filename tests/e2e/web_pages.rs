@@ -271,6 +271,15 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
         )),
         "{zoomed}"
     );
+    // …and the tables below are what was live at the range's own peak, not the trace's.
+    let peak_in_range = zoomed
+        .split("Live at event ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no range tables: {zoomed}"));
+    assert!((10..200).contains(&peak_in_range), "{peak_in_range}");
+    assert!(zoomed.contains("Top allocation sites at event"), "{zoomed}");
 
     // The list shows it, with its peak; filters narrow it.
     let (_, list) = page(&s, &cookie, "/snapshots");

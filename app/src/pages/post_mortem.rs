@@ -9,8 +9,11 @@ use leptos_meta::Meta;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use leptos_router::params::ParamsMap;
 
-use crate::api::{AnalysisView, Figures, PostMortem, TraceView, WhatIfOutcome, WhatIfView};
-use crate::backend::load_post_mortem;
+use crate::api::{
+    AnalysisView, Categories, Figures, PostMortem, RangeTables, SiteView, TraceView, WhatIfOutcome,
+    WhatIfView,
+};
+use crate::backend::{PostMortemRef, load_post_mortem, load_range_tables};
 use crate::components::{ChartFigure, Layout};
 use crate::format::{bytes, share};
 use crate::zoom::ZoomableTimeline;
@@ -23,6 +26,11 @@ pub fn PostMortemPage() -> impl IntoView {
     let id = move || params.read().get("id").unwrap_or_default();
     let zoom = move || zoom_of(&query.read());
     let pm = Resource::new(move || (id(), zoom()), |(id, z)| load_post_mortem(id, z));
+    let tables = Resource::new(
+        move || (PostMortemRef::Snapshot(id()), zoom()),
+        |(r, z)| load_range_tables(r, z),
+    );
+    provide_context(RangeTablesResource(tables));
     view! {
         <Layout>
             <Loaded pm=pm missing=|| view! { <MissingView/> }.into_any()/>
@@ -235,21 +243,6 @@ fn AnalysisSections(
         }
         notes.extend(d.notes.iter().map(|n| format!("GPU {}: {n}", d.device)));
     }
-    let cats = a
-        .categories_at_peak
-        .clone()
-        .map(|c| {
-            let mut rows: Vec<(&'static str, u64, u64, String)> = c
-                .rows()
-                .into_iter()
-                .filter(|(_, t)| t.count > 0 || t.bytes > 0)
-                .map(|(n, t)| (n, t.bytes, t.count, t.rule.clone()))
-                .collect();
-            rows.sort_by_key(|r| std::cmp::Reverse(r.1));
-            rows
-        })
-        .unwrap_or_default();
-    let total: u64 = cats.iter().map(|r| r.1).sum();
     view! {
         <section class=verdict_class data-testid="verdict">
             <h2>{if oom { "Ran out of memory" } else { "Fits" }}</h2>
@@ -289,8 +282,73 @@ fn AnalysisSections(
                 <ul>{notes.into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}</ul>
             </section>
         })}
+        {match (zoom.is_zoomed(), use_context::<RangeTablesResource>()) {
+            (true, Some(RangeTablesResource(tables))) => view! {
+                <Suspense fallback=|| view! { <p class="hint">"Finding what was live at this range's peak…"</p> }>
+                    {move || Suspend::new(async move {
+                        match tables.await {
+                            Ok(Some(t)) => view! {
+                                <LiveTables at=format!("at event {}, the peak of this range", t.event)
+                                    categories=Some(t.categories) sites=t.top_sites chart=None
+                                    base=String::new()/>
+                            }.into_any(),
+                            Ok(None) => view! { <p class="hint">"This range is empty."</p> }.into_any(),
+                            Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+                        }
+                    })}
+                </Suspense>
+            }.into_any(),
+            _ => view! {
+                <LiveTables at="at the peak".to_string() categories=a.categories_at_peak.clone()
+                    sites=a.top_sites.clone() chart=figures.categories.clone() base=base.clone()/>
+            }.into_any(),
+        }}
+        {figures.segments.clone().map(|f| view! {
+            <section>
+                <h2>"The allocator at the OOM"</h2>
+                <p class="hint">
+                    "Each bar is a segment that PyTorch reserved from CUDA, split into blocks: "
+                    "allocated blocks are solid, free ones hatched. The title says why none of the "
+                    "free blocks could serve the request."
+                </p>
+                <ChartFigure element_id="segments-chart" figure=Some(f) base=base.clone()
+                    name="segments"/>
+            </section>
+        })}
+        <WhatIfs id=id whatifs=whatifs figure=figures.remedies base=base shared=shared view=zoom/>
+    }
+}
+
+/// The page's resource for the tables of a zoomed range (provided by the page, so that the
+/// tables below a zoomed timeline show what was live at the range's own peak).
+#[derive(Clone, Copy)]
+pub struct RangeTablesResource(pub Resource<Result<Option<RangeTables>, ServerFnError>>);
+
+/// The bytes live by category and the top allocation sites, `at` some event (`at the peak`).
+#[component]
+fn LiveTables(
+    at: String,
+    categories: Option<Categories>,
+    sites: Vec<SiteView>,
+    chart: Option<crate::api::Figure>,
+    base: String,
+) -> impl IntoView {
+    let cats = categories
+        .map(|c| {
+            let mut rows: Vec<(&'static str, u64, u64, String)> = c
+                .rows()
+                .into_iter()
+                .filter(|(_, t)| t.count > 0 || t.bytes > 0)
+                .map(|(n, t)| (n, t.bytes, t.count, t.rule.clone()))
+                .collect();
+            rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+            rows
+        })
+        .unwrap_or_default();
+    let total: u64 = cats.iter().map(|r| r.1).sum();
+    view! {
         <section>
-            <h2>"Live at the peak, by category"</h2>
+            <h2>{format!("Live {at}, by category")}</h2>
             <div>
                 <table class="data" data-testid="categories">
                     <thead><tr>
@@ -310,12 +368,11 @@ fn AnalysisSections(
                         }).collect_view()}
                     </tbody>
                 </table>
-                <ChartFigure element_id="categories-chart" figure=figures.categories.clone()
-                    base=base.clone() name="categories"/>
+                <ChartFigure element_id="categories-chart" figure=chart base=base name="categories"/>
             </div>
         </section>
         <section>
-            <h2>"Top allocation sites at the peak"</h2>
+            <h2>{format!("Top allocation sites {at}")}</h2>
             <table class="data sites" data-testid="sites">
                 <thead><tr>
                     <th scope="col">"Site (open for the stack)"</th>
@@ -324,7 +381,7 @@ fn AnalysisSections(
                     <th scope="col" class="num">"Allocations"</th>
                 </tr></thead>
                 <tbody>
-                    {a.top_sites.into_iter().map(|s| view! {
+                    {sites.into_iter().map(|s| view! {
                         <tr>
                             <td>
                                 <details>
@@ -342,19 +399,6 @@ fn AnalysisSections(
                 </tbody>
             </table>
         </section>
-        {figures.segments.clone().map(|f| view! {
-            <section>
-                <h2>"The allocator at the OOM"</h2>
-                <p class="hint">
-                    "Each bar is a segment that PyTorch reserved from CUDA, split into blocks: "
-                    "allocated blocks are solid, free ones hatched. The title says why none of the "
-                    "free blocks could serve the request."
-                </p>
-                <ChartFigure element_id="segments-chart" figure=Some(f) base=base.clone()
-                    name="segments"/>
-            </section>
-        })}
-        <WhatIfs id=id whatifs=whatifs figure=figures.remedies base=base shared=shared view=zoom/>
     }
 }
 
@@ -369,8 +413,8 @@ fn ZoomForm(figures: Figures, zoom: TraceView) -> impl IntoView {
         view! {
             <p class="range" data-testid="range">
                 {format!(
-                    "Events {} to {} of {events}: at most {} allocated and {} reserved in this range. \
-                     The tables below are for the peak of the whole trace.",
+                    "Events {} to {} of {events}: at most {} allocated and {} reserved in this range; \
+                     the tables below are at its peak.",
                     r.from,
                     r.to.saturating_sub(1),
                     bytes(r.peak_allocated_bytes),

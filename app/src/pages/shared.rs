@@ -5,9 +5,9 @@
 use leptos::prelude::*;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use crate::backend::load_shared;
+use crate::backend::{PostMortemRef, load_range_tables, load_shared};
 use crate::components::BareHeader;
-use crate::pages::post_mortem::{Loaded, zoom_of};
+use crate::pages::post_mortem::{Loaded, RangeTablesResource, zoom_of};
 
 /// The shared post-mortem page.
 #[component]
@@ -17,6 +17,11 @@ pub fn SharedPage() -> impl IntoView {
     let secret = move || params.read().get("secret").unwrap_or_default();
     let zoom = move || zoom_of(&query.read());
     let pm = Resource::new(move || (secret(), zoom()), |(s, z)| load_shared(s, z));
+    let tables = Resource::new(
+        move || (PostMortemRef::Share(secret()), zoom()),
+        |(r, z)| load_range_tables(r, z),
+    );
+    provide_context(RangeTablesResource(tables));
     view! {
         <BareHeader/>
         <main>

@@ -709,6 +709,24 @@ pub fn categories_at(snapshot: &Snapshot, device: u32, event_index: usize) -> Ca
     classified.totals_at(&run, state_of(event_index))
 }
 
+/// What was live on `device` after entry `event_index` of its trace: the bytes by category and
+/// the `top` largest allocation sites, by the same rules as [`Analysis::categories_at_peak`] and
+/// [`Analysis::top_sites`] (for the peak of a zoomed range, say).
+pub fn live_at(
+    snapshot: &Snapshot,
+    device: u32,
+    event_index: usize,
+    top: usize,
+) -> (Categories, Vec<Site>) {
+    let run = run_device(snapshot, device, None, false);
+    let classified = categories::classify(snapshot, &run);
+    let state = state_of(event_index);
+    (
+        classified.totals_at(&run, state),
+        sites::top_sites(snapshot, &run, &classified, state, top),
+    )
+}
+
 fn summary_of(run: &DeviceRun<'_>) -> DeviceSummary {
     DeviceSummary {
         device: run.device,

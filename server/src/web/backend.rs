@@ -5,7 +5,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use oomlens_app::api::{
     AnalysisView, Figure, Figures, ListQuery, LogAnalysisView, OomLog, OomLogItem, PostMortem,
-    RangeView, SnapshotItem, SnapshotList, TraceView, UploadStatus, WhatIfView,
+    RangeTables, RangeView, SnapshotItem, SnapshotList, TraceView, UploadStatus, WhatIfView,
 };
 use oomlens_app::backend::{Backend, BackendError, SharedBackend};
 use oomlens_charts::Theme;
@@ -16,6 +16,10 @@ use crate::api::{ApiError, AppState, decode_cursor, encode_cursor};
 use crate::db::snapshots::{self, ListFilter, SnapshotRow};
 use crate::db::{Team, oom_logs, share_links, whatifs};
 use crate::figures::{Chart, FigureParams, Inputs};
+use oomlens_engine::analysis::{Series, live_at};
+
+/// Allocation sites listed for a range, as for the whole trace's peak.
+const TOP_SITES: usize = 20;
 
 /// Rows per page of the list.
 const PAGE: i64 = 50;
@@ -133,6 +137,17 @@ impl Backend for TeamBackend {
         post_mortem(&self.state, self.team.id, id, zoom, base, false).await
     }
 
+    async fn range_tables(
+        &self,
+        id: String,
+        view: TraceView,
+    ) -> Result<Option<RangeTables>, BackendError> {
+        let Ok(id) = Uuid::parse_str(&id) else {
+            return Ok(None);
+        };
+        range_tables(&self.state, self.team.id, id, &view).await
+    }
+
     async fn upload_status(&self, id: String) -> Result<Option<UploadStatus>, BackendError> {
         let Ok(id) = Uuid::parse_str(&id) else {
             return Ok(None);
@@ -215,6 +230,20 @@ impl SharedBackend for ShareBackend {
         let base = format!("/s/{secret}/figures");
         post_mortem(&self.state, team_id, id, zoom, base, true).await
     }
+
+    async fn shared_range_tables(
+        &self,
+        secret: String,
+        view: TraceView,
+    ) -> Result<Option<RangeTables>, BackendError> {
+        let Some((team_id, id)) = share_links::resolve(&self.state.get().pool, &secret)
+            .await
+            .map_err(db_error)?
+        else {
+            return Ok(None);
+        };
+        range_tables(&self.state, team_id, id, &view).await
+    }
 }
 
 fn api_error(e: ApiError) -> BackendError {
@@ -227,6 +256,56 @@ fn api_error(e: ApiError) -> BackendError {
         | ApiError::Internal(m) => BackendError::Failed(m),
         ApiError::Unauthorized => BackendError::Failed("sign in first".into()),
     }
+}
+
+/// What was live at the peak (largest allocated bytes) of `view`'s range: found in the stored
+/// series, then the upload is read and replayed to that event (`live_at`), as the analysis does
+/// for the whole trace's peak.
+async fn range_tables(
+    state: &AppState,
+    team_id: i64,
+    id: Uuid,
+    view: &TraceView,
+) -> Result<Option<RangeTables>, BackendError> {
+    if !view.is_zoomed() {
+        return Ok(None);
+    }
+    let Some(bytes) = snapshots::series(&state.get().pool, team_id, id)
+        .await
+        .map_err(db_error)?
+    else {
+        return Ok(None);
+    };
+    let series = Series::from_bytes(&bytes)
+        .map_err(|e| BackendError::Failed(format!("internal error: stored series: {e}")))?;
+    let n = series.len() as u64;
+    let to = view.to.unwrap_or(n).min(n);
+    let from = view.from.unwrap_or(0).min(to);
+    let Some(event) = (from..to).max_by_key(|&i| {
+        (
+            series.allocated()[i as usize],
+            std::cmp::Reverse(i), // the first of equal peaks
+        )
+    }) else {
+        return Ok(None);
+    };
+    let device = series.device();
+    let (categories, sites) = crate::remedy_trace::with_snapshot(state, team_id, id, move |s| {
+        Ok(live_at(s, device, event as usize, TOP_SITES))
+    })
+    .await
+    .map_err(api_error)?;
+    // The engine's tables serialize to the analysis JSON the page's DTOs read.
+    let to_dto = || -> Result<RangeTables, serde_json::Error> {
+        Ok(RangeTables {
+            event,
+            categories: serde_json::from_value(serde_json::to_value(&categories)?)?,
+            top_sites: serde_json::from_value(serde_json::to_value(&sites)?)?,
+        })
+    };
+    to_dto()
+        .map(Some)
+        .map_err(|e| BackendError::Failed(format!("internal error: range tables: {e}")))
 }
 
 /// Draws the page's charts (both palettes) from the stored analysis, series and OOM state.
