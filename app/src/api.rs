@@ -517,3 +517,34 @@ pub struct LogDiagnosisView {
     /// One paragraph: the numbers that show it, then the next step.
     pub explanation: String,
 }
+
+/// One side of a comparison: an analysed post-mortem of the team.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompareSide {
+    /// Id (UUID text).
+    pub id: String,
+    /// Upload name.
+    pub name: String,
+    /// Upload time, shown.
+    pub created: String,
+    /// Upload time, RFC 3339.
+    pub created_iso: String,
+    /// Its stored analysis.
+    pub analysis: AnalysisView,
+}
+
+/// Two of the team's analysed post-mortems side by side (the Compare page): the figures, and the
+/// charts drawn on the server. The differences are computed by the page (B − A).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The first run (the reference).
+    pub a: CompareSide,
+    /// The second run.
+    pub b: CompareSide,
+    /// A's timeline with B's reserved bytes overlaid, dashed.
+    pub timeline: Option<Figure>,
+    /// A's live bytes at the peak by category.
+    pub categories_a: Option<Figure>,
+    /// B's live bytes at the peak by category.
+    pub categories_b: Option<Figure>,
+}

@@ -9,7 +9,8 @@
 use leptos::prelude::*;
 
 use crate::api::{
-    ListQuery, OomLog, OomLogItem, PostMortem, RangeTables, SnapshotList, TraceView, UploadStatus,
+    Comparison, ListQuery, OomLog, OomLogItem, PostMortem, RangeTables, SnapshotList, TraceView,
+    UploadStatus,
 };
 
 /// What a page may ask the server for, always about the session's team.
@@ -40,6 +41,9 @@ pub trait Backend: Send + Sync {
     async fn oom_log(&self, id: String) -> Result<Option<OomLog>, BackendError>;
     /// The team's newest OOM logs (a few), newest first.
     async fn recent_oom_logs(&self) -> Result<Vec<OomLogItem>, BackendError>;
+    /// Two of the team's analysed snapshots side by side, with their charts; `None` when either
+    /// is not the team's, not an id, or not analysed.
+    async fn compare(&self, a: String, b: String) -> Result<Option<Comparison>, BackendError>;
 }
 
 /// What a page may ask without a session: a post-mortem through its share link.
@@ -174,4 +178,10 @@ pub async fn load_oom_log(id: String) -> Result<Option<OomLog>, ServerFnError> {
 #[server(prefix = "/ui/fn")]
 pub async fn list_oom_logs() -> Result<Vec<OomLogItem>, ServerFnError> {
     backend()?.recent_oom_logs().await.map_err(to_sfn)
+}
+
+/// Two of the team's analysed post-mortems side by side; `None` when either is missing.
+#[server(prefix = "/ui/fn")]
+pub async fn load_comparison(a: String, b: String) -> Result<Option<Comparison>, ServerFnError> {
+    backend()?.compare(a, b).await.map_err(to_sfn)
 }

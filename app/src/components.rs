@@ -16,6 +16,7 @@ pub fn Layout(children: Children) -> impl IntoView {
             <nav>
                 <a href="/snapshots">"Post-mortems"</a>
                 <a href="/upload">"Upload"</a>
+                <a href="/compare">"Compare"</a>
                 <a href="/api/v1/docs" rel="external">"API docs"</a>
             </nav>
             <Suspense fallback=|| ()>

@@ -15,6 +15,42 @@ pub fn share(part: u64, whole: u64) -> String {
     format!("{:.1} %", part as f64 * 100.0 / whole as f64)
 }
 
+/// The difference `b − a` in PyTorch-style sizes with its sign: `+1.25 GiB`, `−512.00 MiB` (a
+/// true minus sign), `0 bytes` when equal.
+pub fn signed_bytes(a: u64, b: u64) -> String {
+    match b.cmp(&a) {
+        std::cmp::Ordering::Greater => format!("+{}", bytes(b - a)),
+        std::cmp::Ordering::Less => format!("\u{2212}{}", bytes(a - b)),
+        std::cmp::Ordering::Equal => bytes(0),
+    }
+}
+
+/// The difference `b − a` as a signed count: `+12`, `−3`, `0`.
+pub fn signed_count(a: u64, b: u64) -> String {
+    match b.cmp(&a) {
+        std::cmp::Ordering::Greater => format!("+{}", b - a),
+        std::cmp::Ordering::Less => format!("\u{2212}{}", a - b),
+        std::cmp::Ordering::Equal => "0".to_string(),
+    }
+}
+
+/// The change from `a` to `b` as a signed percentage of `a` with one decimal (`+12.5 %`,
+/// `−3.0 %`, `0.0 %`); `–` when `a` is 0 (no base to compare with).
+pub fn signed_percent(a: u64, b: u64) -> String {
+    if a == 0 {
+        return "–".to_string();
+    }
+    let p = (b as f64 - a as f64) * 100.0 / a as f64;
+    let text = format!("{:.1} %", p.abs());
+    if text == "0.0 %" {
+        text
+    } else if p > 0.0 {
+        format!("+{text}")
+    } else {
+        format!("\u{2212}{text}")
+    }
+}
+
 /// Percent-encodes a query-string value (RFC 3986 unreserved characters stay).
 pub fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -59,6 +95,23 @@ mod tests {
     fn shares_have_one_decimal_and_survive_zero() {
         assert_eq!(share(1, 3), "33.3 %");
         assert_eq!(share(5, 0), "–");
+    }
+
+    #[test]
+    fn differences_are_signed_with_a_true_minus() {
+        assert_eq!(signed_bytes(1 << 30, (1 << 30) + (1 << 28)), "+256.00 MiB");
+        assert_eq!(
+            signed_bytes(3 << 30, (3 << 30) - (512 << 20)),
+            "\u{2212}512.00 MiB"
+        );
+        assert_eq!(signed_bytes(0, 1_342_177_280), "+1.25 GiB");
+        assert_eq!(signed_bytes(7, 7), "0 bytes");
+        assert_eq!(signed_count(10, 7), "\u{2212}3");
+        assert_eq!(signed_count(7, 10), "+3");
+        assert_eq!(signed_percent(200, 225), "+12.5 %");
+        assert_eq!(signed_percent(200, 194), "\u{2212}3.0 %");
+        assert_eq!(signed_percent(200, 200), "0.0 %");
+        assert_eq!(signed_percent(0, 5), "–");
     }
 
     #[test]

@@ -26,6 +26,7 @@ use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{SsrMode, path};
 
 use pages::NotFoundPage;
+use pages::compare::ComparePage;
 use pages::login::LoginPage;
 use pages::oom_log::OomLogPage;
 use pages::post_mortem::PostMortemPage;
@@ -84,6 +85,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/upload") view=UploadPage ssr=SsrMode::Async/>
                 <Route path=path!("/s/:secret") view=SharedPage ssr=SsrMode::Async/>
                 <Route path=path!("/logs/:id") view=OomLogPage ssr=SsrMode::Async/>
+                <Route path=path!("/compare") view=ComparePage ssr=SsrMode::Async/>
             </Routes>
         </Router>
     }

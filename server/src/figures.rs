@@ -580,6 +580,55 @@ fn segments(st: &OomState) -> charts::Segments {
     }
 }
 
+/// The Compare page's timeline: A's allocated and reserved bytes with B's reserved bytes
+/// overlaid (dashed). When the traces have different lengths, B's events are mapped
+/// proportionally onto A's event axis, and the legend says so. A's OOM is marked.
+pub fn compare_timeline(
+    a: &Inputs,
+    b: &Inputs,
+    label_b: &str,
+    theme: charts::Theme,
+) -> Result<String, ApiError> {
+    let width = 960;
+    let p = FigureParams::default();
+    let mut t = timeline(&a.analysis, a.series.as_ref(), &p, width)?;
+    let ob = timeline(&b.analysis, b.series.as_ref(), &p, width)?;
+    let (na, nb) = (a.events(), b.events());
+    let mut label = format!("B: {label_b} (reserved)");
+    let mut columns = ob.columns;
+    if na != nb && na > 0 && nb > 0 {
+        let map = |e: u64| -> u64 {
+            let m = u128::from(e) * u128::from(na) / u128::from(nb);
+            u64::try_from(m).unwrap_or(u64::MAX).min(na - 1)
+        };
+        for c in &mut columns {
+            c.event_from = map(c.event_from);
+            c.event_to = map(c.event_to);
+        }
+        label.push_str(&format!(", its {nb} events scaled onto A's {na}"));
+    }
+    t.title = format!("A ({na} events) and B, dashed");
+    t.overlay = Some(charts::Overlay {
+        label,
+        columns,
+        series: charts::OverlaySeries::Reserved,
+    });
+    charts::timeline_svg(&t, charts::Size::new(width, 360), theme)
+        .map_err(|e| ApiError::internal("drawing failed", &e))
+}
+
+/// The Compare page's categories chart of one run, its title starting with `label` (`A: gpt`).
+pub fn compare_categories(
+    inputs: &Inputs,
+    label: &str,
+    theme: charts::Theme,
+) -> Result<String, ApiError> {
+    let mut c = categories(&inputs.analysis);
+    c.title = format!("{label} — {}", c.title);
+    charts::categories_svg(&c, charts::Size::new(960, 160), theme)
+        .map_err(|e| ApiError::internal("drawing failed", &e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

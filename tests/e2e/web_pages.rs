@@ -734,3 +734,120 @@ fn a_remedy_overlays_the_timeline_and_downloads_as_a_memory_viz_pickle() {
         .expect("other team");
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
+
+const SNAP_B: &str = "engine/tests/data/replay/gpt__baseline__full.pickle.gz";
+
+/// `b − a` as the Compare page writes it: `+1.25 GiB`, `−512.00 MiB`.
+fn signed(a: u64, b: u64) -> String {
+    match b.cmp(&a) {
+        std::cmp::Ordering::Greater => format!("+{}", Bytes(b - a)),
+        std::cmp::Ordering::Less => format!("\u{2212}{}", Bytes(a - b)),
+        std::cmp::Ordering::Equal => Bytes(0).to_string(),
+    }
+}
+
+#[test]
+fn two_post_mortems_compare_side_by_side_without_javascript() {
+    let s = TestServer::start(&[]);
+    let token = s.token(&unique("web-cmp"));
+    let cookie = sign_in(&s, &token);
+    let upload = |path: &str, name: &str| {
+        let r = upload_form(
+            &s,
+            &cookie,
+            std::fs::read(workspace().join(path)).expect("data"),
+            name,
+        );
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        location(&r)
+            .strip_prefix("/snapshots/")
+            .expect("redirected to the post-mortem")
+            .to_string()
+    };
+    let id_a = upload(SNAP, "cmp-capped");
+    let id_b = upload(SNAP_B, "cmp-full");
+    let api_a = wait_analysed(&s, &token, &id_a);
+    let api_b = wait_analysed(&s, &token, &id_b);
+    assert_eq!(api_a["status"], "ready", "{api_a}");
+    assert_eq!(api_b["status"], "ready", "{api_b}");
+    let (a, b) = (&api_a["analysis"], &api_b["analysis"]);
+    let n = |v: &Value| v.as_u64().expect("a number");
+
+    // Without a cookie: to the sign-in page, like every page with team data.
+    let r = browser().get(s.url("/compare")).send().expect("GET");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&r), "/login");
+
+    // The post-mortem links to the form, which lists both runs with A chosen.
+    let (_, pm) = page(&s, &cookie, &format!("/snapshots/{id_a}"));
+    assert!(pm.contains(&format!("href=\"/compare?a={id_a}\"")), "{pm}");
+    let (code, form) = page(&s, &cookie, &format!("/compare?a={id_a}"));
+    assert_eq!(code, StatusCode::OK, "{form}");
+    assert!(
+        form.contains("<form method=\"get\" action=\"/compare\""),
+        "{form}"
+    );
+    assert!(
+        form.contains("cmp-capped — ") && form.contains("cmp-full — "),
+        "{form}"
+    );
+    assert!(
+        form.contains(&format!("value=\"{id_a}\" selected")),
+        "{form}"
+    );
+
+    // Both: the figures side by side, with the API's numbers and their difference.
+    let (code, html) = page(&s, &cookie, &format!("/compare?a={id_a}&b={id_b}"));
+    assert_eq!(code, StatusCode::OK, "{html}");
+    for (row, key) in [
+        ("cmp-peak-allocated", "allocated_bytes"),
+        ("cmp-peak-reserved", "reserved_bytes"),
+    ] {
+        let (x, y) = (n(&a["peak"][key]), n(&b["peak"][key]));
+        let at = html
+            .find(&format!("data-testid=\"{row}\""))
+            .unwrap_or_else(|| panic!("no {row}: {html}"));
+        let tr = &html[at..at + html[at..].find("</tr>").expect("row end")];
+        for cell in [Bytes(x).to_string(), Bytes(y).to_string(), signed(x, y)] {
+            assert!(tr.contains(&format!(">{cell}</td>")), "{row} {cell}: {tr}");
+        }
+    }
+    assert!(html.contains("cmp-capped") && html.contains("cmp-full"));
+    assert!(
+        html.contains(&format!("href=\"/snapshots/{id_b}\"")),
+        "{html}"
+    );
+    let site = b["top_sites"][0]["site"].as_str().expect("a top site");
+    assert!(html.contains(&format!("<code>{site}</code>")), "{html}");
+    let sites = html.find("data-testid=\"cmp-sites\"").expect("sites");
+    assert!(html[sites..].contains(site), "{html}");
+    // The overlay chart is inline SVG; different lengths are said in its legend.
+    let at = html.find("id=\"compare-timeline\"").expect("overlay chart");
+    assert!(html[at..].contains("<svg "), "{html}");
+    if n(&a["events"]) != n(&b["events"]) {
+        assert!(html[at..].contains("scaled onto"), "{html}");
+    }
+    assert!(html.contains("id=\"compare-categories-b\""), "{html}");
+
+    // An id the team does not have: a 404 with nothing of either run.
+    let unknown = "00000000-0000-0000-0000-000000000000";
+    for path in [
+        format!("/compare?a={id_a}&b={unknown}"),
+        format!("/compare?a=not-an-id&b={id_b}"),
+    ] {
+        let (code, missing) = page(&s, &cookie, &path);
+        assert_eq!(code, StatusCode::NOT_FOUND, "{path}");
+        assert!(missing.contains("No such post-mortems"), "{missing}");
+        assert!(!missing.contains("cmp-full"), "{missing}");
+    }
+    // Another team: the same 404, and its form lists none of them.
+    let other = sign_in(&s, &s.token(&unique("web-cmp-b")));
+    let (code, theirs) = page(&s, &other, &format!("/compare?a={id_a}&b={id_b}"));
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    for secret in ["cmp-capped", "cmp-full", site] {
+        assert!(!theirs.contains(secret), "{secret} leaked: {theirs}");
+    }
+    let (code, their_form) = page(&s, &other, "/compare");
+    assert_eq!(code, StatusCode::OK);
+    assert!(!their_form.contains(&id_a) && !their_form.contains("cmp-full"));
+}

@@ -3,6 +3,7 @@
 //! whole page and every page works without JavaScript. The parts that only render data are
 //! separate components (`…View`) so tests can render them from fixed DTOs.
 
+pub mod compare;
 pub mod login;
 pub mod oom_log;
 pub mod post_mortem;

@@ -95,6 +95,7 @@ pub fn MissingView() -> impl IntoView {
 #[component]
 pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
     let meta = RunMeta(pm.clone());
+    let compare = format!("/compare?a={}", pm.id);
     let shared = pm.shared;
     let body = match (pm.status.as_str(), pm.analysis) {
         ("ready", Some(a)) => view! {
@@ -127,7 +128,7 @@ pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
         }
         .into_any()
     } else {
-        view! { <p class="crumbs"><a href="/snapshots">"Post-mortems"</a></p> }.into_any()
+        view! { <p class="crumbs"><a href="/snapshots">"Post-mortems"</a> " · " <a href=compare>"Compare with…"</a></p> }.into_any()
     };
     view! {
         {top}

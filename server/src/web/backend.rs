@@ -4,8 +4,9 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use oomlens_app::api::{
-    AnalysisView, Figure, Figures, ListQuery, LogAnalysisView, OomLog, OomLogItem, PostMortem,
-    RangeTables, RangeView, SnapshotItem, SnapshotList, TraceView, UploadStatus, WhatIfView,
+    AnalysisView, CompareSide, Comparison, Figure, Figures, ListQuery, LogAnalysisView, OomLog,
+    OomLogItem, PostMortem, RangeTables, RangeView, SnapshotItem, SnapshotList, TraceView,
+    UploadStatus, WhatIfView,
 };
 use oomlens_app::backend::{Backend, BackendError, SharedBackend};
 use oomlens_charts::Theme;
@@ -15,7 +16,7 @@ use uuid::Uuid;
 use crate::api::{ApiError, AppState, decode_cursor, encode_cursor};
 use crate::db::snapshots::{self, ListFilter, SnapshotRow};
 use crate::db::{Team, oom_logs, share_links, whatifs};
-use crate::figures::{Chart, FigureParams, Inputs};
+use crate::figures::{Chart, FigureParams, Inputs, compare_categories, compare_timeline};
 use oomlens_engine::analysis::{Series, live_at};
 
 /// Allocation sites listed for a range, as for the whole trace's peak.
@@ -200,6 +201,81 @@ impl Backend for TeamBackend {
             })
             .collect())
     }
+
+    async fn compare(&self, a: String, b: String) -> Result<Option<Comparison>, BackendError> {
+        let (Ok(a), Ok(b)) = (Uuid::parse_str(&a), Uuid::parse_str(&b)) else {
+            return Ok(None);
+        };
+        let (Some(side_a), Some(side_b)) = (
+            compare_side(&self.pool, self.team.id, a).await?,
+            compare_side(&self.pool, self.team.id, b).await?,
+        ) else {
+            return Ok(None);
+        };
+        let load = |id| Inputs::load(&self.pool, self.team.id, id, &COMPARE_CHARTS);
+        let (Some(in_a), Some(in_b)) = (
+            load(a).await.map_err(api_error)?,
+            load(b).await.map_err(api_error)?,
+        ) else {
+            return Ok(None);
+        };
+        let (name_a, name_b) = (side_a.name.clone(), side_b.name.clone());
+        tokio::task::spawn_blocking(move || {
+            let both = |draw: &dyn Fn(Theme) -> Result<String, ApiError>| {
+                Ok::<_, BackendError>(Figure {
+                    light: draw(Theme::Light).map_err(api_error)?,
+                    dark: draw(Theme::Dark).map_err(api_error)?,
+                })
+            };
+            let timeline = both(&|t| compare_timeline(&in_a, &in_b, &name_b, t))?;
+            let categories_a = both(&|t| compare_categories(&in_a, &format!("A: {name_a}"), t))?;
+            let categories_b = both(&|t| compare_categories(&in_b, &format!("B: {name_b}"), t))?;
+            Ok(Some(Comparison {
+                a: side_a,
+                b: side_b,
+                timeline: Some(timeline),
+                categories_a: Some(categories_a),
+                categories_b: Some(categories_b),
+            }))
+        })
+        .await
+        .map_err(|e| BackendError::Failed(format!("internal error: drawing stopped: {e}")))?
+    }
+}
+
+/// The charts the Compare page draws from each run.
+const COMPARE_CHARTS: [Chart; 2] = [Chart::Timeline, Chart::Categories];
+
+/// One side of a comparison: the team's snapshot `id` with its analysis; `None` when the team
+/// has no such snapshot or it is not analysed.
+async fn compare_side(
+    pool: &PgPool,
+    team_id: i64,
+    id: Uuid,
+) -> Result<Option<CompareSide>, BackendError> {
+    let Some(row) = snapshots::get(pool, team_id, id).await.map_err(db_error)? else {
+        return Ok(None);
+    };
+    if row.status != "ready" {
+        return Ok(None);
+    }
+    let Some(text) = snapshots::analysis(pool, team_id, id)
+        .await
+        .map_err(db_error)?
+    else {
+        return Ok(None);
+    };
+    let analysis = serde_json::from_str::<AnalysisView>(&text).map_err(|e| {
+        tracing::error!(snapshot = %id, error = %e, "stored analysis does not read");
+        BackendError::Failed("internal error: the stored analysis does not read".into())
+    })?;
+    Ok(Some(CompareSide {
+        id: row.id.to_string(),
+        name: row.name,
+        created: shown(row.created_at),
+        created_iso: iso(row.created_at),
+        analysis,
+    }))
 }
 
 /// The backend of share links, on every request (no session needed).

@@ -59,10 +59,12 @@ pub fn set_cookie(token: &str, https: bool) -> Option<HeaderValue> {
 /// Paths that need a team: everything but the sign-in pages, the static files and the server
 /// functions (which answer "sign in first" themselves).
 fn needs_team(path: &str) -> bool {
-    ["/snapshots", "/upload", "/logs"].iter().any(|p| {
-        path.strip_prefix(p)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-    })
+    ["/snapshots", "/upload", "/logs", "/compare"]
+        .iter()
+        .any(|p| {
+            path.strip_prefix(p)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
 }
 
 /// The middleware: resolves the cookie to a [`Session`], or redirects to `/login`.
@@ -125,6 +127,7 @@ mod tests {
         assert!(needs_team("/upload"));
         assert!(needs_team("/upload/log"));
         assert!(needs_team("/logs/0b6f"));
+        assert!(needs_team("/compare"));
         assert!(!needs_team("/uploads"));
         assert!(!needs_team("/login"));
         assert!(!needs_team("/pkg/oomlens.js"));
