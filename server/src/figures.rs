@@ -20,9 +20,6 @@ use crate::api::params::{ApiQuery, empty_as_none};
 use crate::api::{ApiError, AppState};
 use crate::db::{Team, share_links, snapshots, tokens, whatifs};
 
-/// The cookie the web sign-in sets (the API token, until accounts exist).
-pub const TOKEN_COOKIE: &str = "oomlens_token";
-
 /// The team of a request: `Authorization: Bearer` or the sign-in cookie.
 pub async fn team_of(state: &AppState, headers: &HeaderMap) -> Result<Option<Team>, ApiError> {
     let bearer = headers
@@ -31,23 +28,11 @@ pub async fn team_of(state: &AppState, headers: &HeaderMap) -> Result<Option<Tea
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, t)| t.trim().to_string());
-    let token = bearer.or_else(|| cookie(headers, TOKEN_COOKIE));
+    let token = bearer.or_else(|| crate::web::session::token_of(headers));
     match token {
         Some(t) => Ok(tokens::authenticate(&state.get().pool, &t).await?),
         None => Ok(None),
     }
-}
-
-/// The value of cookie `name`.
-pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_string())
 }
 
 /// Size, theme and zoom.
@@ -632,17 +617,6 @@ pub fn compare_categories(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cookies_are_found_among_others() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::COOKIE,
-            HeaderValue::from_static("a=1; oomlens_token=oomlens_x; b=2"),
-        );
-        assert_eq!(cookie(&h, TOKEN_COOKIE).as_deref(), Some("oomlens_x"));
-        assert_eq!(cookie(&h, "c"), None);
-    }
 
     #[test]
     fn figure_names_are_checked() {

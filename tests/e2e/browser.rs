@@ -20,6 +20,11 @@ use serde_json::Value;
 /// A small real snapshot (GPT, out of memory under a 10 GiB cap).
 const SNAP: &str = "engine/tests/data/replay/gpt__baseline__cap10.pickle.gz";
 
+/// A second real snapshot (the same model, not capped), for the compare page.
+const SNAP_B: &str = "engine/tests/data/replay/gpt__baseline__full.pickle.gz";
+/// A real OOM log (hf_gpt2 under an 11 GiB cap, bf16).
+const LOG: &str = "engine/tests/data/oom/hf_gpt2__amp_bf16__cap11.txt";
+
 /// Loading a page and hydrating it.
 const PAGE: Duration = Duration::from_secs(15);
 /// Uploading and analysing a snapshot (the page refreshes itself until the verdict is there).
@@ -347,6 +352,56 @@ fn browser_sign_in_upload_and_read_the_post_mortem() {
     ));
     assert_eq!(link, Value::Bool(true), "the list links to the post-mortem");
     tab.screenshot("snapshots");
+
+    // Compare it with a second run (uploaded through the API): both peaks and the overlay.
+    let r = client()
+        .post(s.url("/api/v1/snapshots?name=gpt-full"))
+        .bearer_auth(&token)
+        .body(std::fs::read(workspace().join(SNAP_B)).expect("data"))
+        .send()
+        .expect("upload B");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let b_id = r.json::<Value>().expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let b = analysed(&s, &token, &b_id);
+    tab.goto(&s.url(&format!("/compare?a={id}&b={b_id}")));
+    tab.wait_hydrated(PAGE);
+    let pair = tab.text("main").expect("the compare page");
+    for peak in [
+        bytes(&api["analysis"]["peak"]["reserved_bytes"]),
+        bytes(&b["analysis"]["peak"]["reserved_bytes"]),
+    ] {
+        assert!(pair.contains(&peak), "the compare page shows {peak}");
+    }
+    let overlay = tab.eval(
+        "Array.from(document.querySelectorAll('svg')).some(s => s.getBoundingClientRect().width > 0 && s.textContent.includes('scaled onto'))",
+    );
+    assert_eq!(overlay, Value::Bool(true), "B's timeline is drawn over A's");
+    tab.screenshot("compare");
+
+    // A log pasted on the upload page lands on its own page, with the requested size.
+    let log = std::fs::read_to_string(workspace().join(LOG)).expect("log");
+    tab.goto(&s.url("/upload"));
+    tab.wait_hydrated(PAGE);
+    tab.eval(&format!(
+        "document.querySelector('textarea#log').value = {}",
+        js_string(&log)
+    ));
+    tab.click("main form:has(textarea#log) button[type=submit]");
+    tab.wait_until(
+        "location.pathname.startsWith('/logs/') && !!document.querySelector('[data-testid=verdict]')",
+        PAGE,
+        "the pasted log's page",
+    );
+    tab.wait_hydrated(PAGE);
+    let verdict = tab.text("[data-testid=verdict]").expect("a verdict");
+    assert!(
+        verdict.contains("asked for 1.54 GiB"),
+        "the log's request, as PyTorch printed it: {verdict}"
+    );
+    tab.screenshot("oom-log");
 
     tab.assert_no_js_errors("while signing in, uploading and reading the post-mortem");
     eprintln!(

@@ -9,7 +9,7 @@
 
 mod backend;
 mod forms;
-mod session;
+pub(crate) mod session;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
