@@ -6,14 +6,16 @@
 # upload's size — the server must not hold the upload in memory.
 #
 #   bench/server.sh [SNAPSHOT] [JUNK_MIB]
-# Writes a markdown table to stdout. Needs the release binary (built here) and curl.
+# Writes a markdown table to stdout. Needs the release binary (built here, or OOMLENS_BIN) and curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILE=${1:-/work/shared/corpus/large/gpt__baseline__long400.pickle.gz}
 JUNK_MIB=${2:-1024}
 TARGET=${CARGO_TARGET_DIR:-target}
-cargo build --release --locked -q -p oomlens
-BIN=$TARGET/release/oomlens
+if [ -z "${OOMLENS_BIN:-}" ]; then
+  cargo build --release --locked -q -p oomlens
+fi
+BIN=${OOMLENS_BIN:-$TARGET/release/oomlens}
 
 DIR=$(mktemp -d /tmp/oomlens-bench-XXXX)
 chmod 755 "$DIR"
@@ -62,6 +64,10 @@ pg_full=$(page "$BASE/snapshots/$id")
 pg_size=$(stat -c %s "$DIR/page.html")
 grep -q 'data-testid="verdict"' "$DIR/page.html" || { echo "the page has no verdict" >&2; exit 1; }
 pg_zoom=$(page "$BASE/snapshots/$id?from=400000&to=409618")
+# A remedy overlaid on the timeline: its first view replays the remedy (then it is stored).
+ov_first=$(curl -sf -o "$DIR/overlay.html" -w '%{time_total}' -H "Cookie: oomlens_token=$TOKEN" "$BASE/snapshots/$id?remedy=amp%3Dbf16")
+grep -q 'data-testid="overlay"' "$DIR/overlay.html" || { echo "the page has no overlay" >&2; exit 1; }
+ov_again=$(page "$BASE/snapshots/$id?remedy=amp%3Dbf16")
 hwm_after_large=$(hwm)
 
 # A large upload that is not a snapshot: streamed to disk and hashed, then refused (422).
@@ -84,7 +90,9 @@ echo "| timeline SVG, whole trace, 1200 px ($(stat -c %s "$DIR/full.svg") bytes)
 echo "| timeline SVG zoomed to 1 % of the trace | $(awk -v t=$tl_zoom 'BEGIN{printf "%.0f", t*1000}') ms |"
 echo "| timeline PNG, whole trace (2× scale) | $(awk -v t=$tl_png 'BEGIN{printf "%.0f", t*1000}') ms |"
 echo "| post-mortem page, whole trace ($pg_size bytes of HTML) | $(awk -v t=$pg_full 'BEGIN{printf "%.0f", t*1000}') ms |"
-echo "| post-mortem page zoomed to 1 % of the trace | $(awk -v t=$pg_zoom 'BEGIN{printf "%.0f", t*1000}') ms |"
+echo "| post-mortem page zoomed to 1 % of the trace (with the tables at the range's peak: the upload read and replayed) | $(awk -v t=$pg_zoom 'BEGIN{printf "%.0f", t*1000}') ms |"
+echo "| post-mortem page with the amp=bf16 remedy overlaid, first view (remedy replayed, series stored) | $(awk -v t=$ov_first 'BEGIN{printf "%.0f", t*1000}') ms |"
+echo "| the same, again (stored series) | $(awk -v t=$ov_again 'BEGIN{printf "%.0f", t*1000}') ms |"
 echo "| server peak RSS at start | $((hwm_start / 1024)) MiB |"
 echo "| server peak RSS after the above | $((hwm_after_large / 1024)) MiB |"
 echo "| upload of ${JUNK_MIB} MiB that is no snapshot (HTTP $code) | $(ms $t6 $t7) ms |"

@@ -256,9 +256,9 @@ pub fn ComparisonView(c: Comparison) -> impl IntoView {
     let oom_row = view! {
         <tr data-testid="cmp-oom">
             <th scope="row">"Out of memory"</th>
-            <td>{yes_no(a.oom.is_some())}</td>
-            <td>{yes_no(b.oom.is_some())}</td>
-            <td class="diff">{if a.oom.is_some() == b.oom.is_some() { "same" } else { "changed" }}</td>
+            <td class="num">{yes_no(a.oom.is_some())}</td>
+            <td class="num">{yes_no(b.oom.is_some())}</td>
+            <td class="num diff">{if a.oom.is_some() == b.oom.is_some() { "same" } else { "changed" }}</td>
             <td></td>
         </tr>
     };
