@@ -1,0 +1,348 @@
+//! [`CudaDevice`]: the engine's [`Device`] on a real GPU, through the CUDA driver API (cudarc,
+//! loaded at run time). Segments are `cuMemAlloc`/`cuMemFree`; expandable segments are the
+//! virtual memory API (`cuMemAddressReserve`, then per page `cuMemCreate` + `cuMemMap` +
+//! `cuMemSetAccess`, and back with `cuMemUnmap` + `cuMemRelease`). Out of memory is an answer
+//! (`Ok(None)` / `Ok(false)`), as the trait asks; every other driver error is an `Err`.
+//!
+//! The CUDA context is current on the thread that made the device only: keep every call on that
+//! thread (the runner is single-threaded). Each call is counted and timed ([`CallStats`]).
+
+// The CUDA driver and NVRTC are C APIs: their calls are `unsafe`, each with its reason in a
+// `SAFETY` comment. This module and `kernels` are the only ones in the workspace besides one
+// function of the server's PostgreSQL supervisor.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{CudaContext, DriverError};
+use oomlens_engine::allocator::Device;
+use serde::Serialize;
+
+/// Why the GPU could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// No CUDA driver library on this machine.
+    #[error(
+        "no CUDA driver here (libcuda.so was not found): the runner needs an NVIDIA GPU and its driver"
+    )]
+    NoDriver,
+    /// A driver call failed (other than running out of memory).
+    #[error("{call}: {error}")]
+    Driver {
+        /// The call.
+        call: &'static str,
+        /// The driver's error.
+        error: DriverError,
+    },
+    /// An address the allocator gave back was not one this device handed out.
+    #[error("{0}")]
+    Unknown(String),
+}
+
+fn check(call: &'static str, r: CUresult) -> Result<(), CudaError> {
+    r.result()
+        .map_err(|error| CudaError::Driver { call, error })
+}
+
+/// Whether `r` is the driver's "out of memory".
+fn is_oom(r: CUresult) -> bool {
+    r == CUresult::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// What the device is.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceInfo {
+    /// `cuDeviceGetName`.
+    pub name: String,
+    /// Ordinal.
+    pub ordinal: usize,
+    /// `cuDeviceTotalMem`.
+    pub total_memory_bytes: u64,
+    /// Free when the runner started (`cuMemGetInfo`).
+    pub free_memory_bytes: u64,
+    /// Compute capability, `major.minor`.
+    pub compute_capability: String,
+    /// `cuDriverGetVersion`, e.g. `13.0`.
+    pub driver_cuda_version: String,
+}
+
+/// Count and total time of one kind of driver call.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CallCount {
+    /// Calls.
+    pub count: u64,
+    /// Total time, milliseconds.
+    pub ms: f64,
+}
+
+impl CallCount {
+    fn add(&mut self, d: Duration) {
+        self.count += 1;
+        self.ms += d.as_secs_f64() * 1e3;
+    }
+}
+
+/// The driver calls a replay made.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CallStats {
+    /// `cuMemAlloc`.
+    pub alloc: CallCount,
+    /// `cuMemFree`.
+    pub free: CallCount,
+    /// `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`, per page.
+    pub map: CallCount,
+    /// `cuMemUnmap` + `cuMemRelease`, per page.
+    pub unmap: CallCount,
+    /// `cuMemAddressReserve` / `cuMemAddressFree`.
+    pub reserve: CallCount,
+    /// Allocations the driver refused for lack of memory.
+    pub out_of_memory: u64,
+}
+
+/// One GPU, as the caching allocator's device.
+pub struct CudaDevice {
+    ctx: Arc<CudaContext>,
+    info: DeviceInfo,
+    /// Physical pages mapped into reservations, by address.
+    pages: HashMap<u64, sys::CUmemGenericAllocationHandle>,
+    /// Live `cuMemAlloc` segments (address → size), so a bad free is caught, not passed on.
+    segments: HashMap<u64, u64>,
+    /// The driver calls so far.
+    pub calls: CallStats,
+}
+
+impl CudaDevice {
+    /// Opens GPU `ordinal` and makes its context current on this thread.
+    pub fn open(ordinal: usize) -> Result<CudaDevice, CudaError> {
+        // SAFETY: only probes whether the library can be loaded.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(CudaError::NoDriver);
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|error| CudaError::Driver {
+            call: "cuCtxCreate",
+            error,
+        })?;
+        ctx.bind_to_thread().map_err(|error| CudaError::Driver {
+            call: "cuCtxSetCurrent",
+            error,
+        })?;
+        let name = ctx.name().map_err(|error| CudaError::Driver {
+            call: "cuDeviceGetName",
+            error,
+        })?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|error| CudaError::Driver {
+                call: "cuDeviceGetAttribute",
+                error,
+            })?;
+        let mut total = 0usize;
+        // SAFETY: a valid device handle and an out pointer to a local.
+        check("cuDeviceTotalMem", unsafe {
+            sys::cuDeviceTotalMem_v2(&mut total, ctx.cu_device())
+        })?;
+        let mut version = 0i32;
+        // SAFETY: an out pointer to a local.
+        check("cuDriverGetVersion", unsafe {
+            sys::cuDriverGetVersion(&mut version)
+        })?;
+        let mut dev = CudaDevice {
+            ctx,
+            info: DeviceInfo {
+                name,
+                ordinal,
+                total_memory_bytes: total as u64,
+                free_memory_bytes: 0,
+                compute_capability: format!("{major}.{minor}"),
+                driver_cuda_version: format!("{}.{}", version / 1000, (version % 1000) / 10),
+            },
+            pages: HashMap::new(),
+            segments: HashMap::new(),
+            calls: CallStats::default(),
+        };
+        dev.info.free_memory_bytes = dev.mem_info()?.0;
+        Ok(dev)
+    }
+
+    /// The device's name, memory and versions.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The context (for kernels).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// `cuMemGetInfo`: (free, total).
+    pub fn mem_info(&self) -> Result<(u64, u64), CudaError> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: out pointers to locals; the context is current on this thread.
+        check("cuMemGetInfo", unsafe {
+            sys::cuMemGetInfo_v2(&mut free, &mut total)
+        })?;
+        Ok((free as u64, total as u64))
+    }
+
+    fn prop(&self) -> sys::CUmemAllocationProp {
+        // SAFETY: a plain C struct; all-zero is its documented default before the fields below.
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = self.info.ordinal as i32;
+        prop
+    }
+
+    /// Maps one page at `addr`: `Ok(false)` when the device is out of memory.
+    fn map_page(&mut self, addr: u64, page: u64) -> Result<bool, CudaError> {
+        let prop = self.prop();
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: `prop` is a valid description; `handle` is an out pointer to a local.
+        let r = unsafe { sys::cuMemCreate(&mut handle, page as usize, &prop, 0) };
+        if is_oom(r) {
+            self.calls.out_of_memory += 1;
+            return Ok(false);
+        }
+        check("cuMemCreate", r)?;
+        // SAFETY: `addr` lies in a reservation of ours (the allocator's contract) and is
+        // page-aligned; `handle` was just created with the page's size.
+        let mapped = unsafe { sys::cuMemMap(addr, page as usize, 0, handle, 0) };
+        if let Err(e) = check("cuMemMap", mapped) {
+            // SAFETY: releasing the handle created above, mapped nowhere.
+            unsafe { sys::cuMemRelease(handle) };
+            return Err(e);
+        }
+        let desc = sys::CUmemAccessDesc {
+            location: prop.location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the range was just mapped; one descriptor.
+        check("cuMemSetAccess", unsafe {
+            sys::cuMemSetAccess(addr, page as usize, &desc, 1)
+        })?;
+        self.pages.insert(addr, handle);
+        Ok(true)
+    }
+
+    fn unmap_page(&mut self, addr: u64, page: u64) -> Result<(), CudaError> {
+        let handle = self.pages.remove(&addr).ok_or_else(|| {
+            CudaError::Unknown(format!("unmap of {addr:#x}: no page mapped there"))
+        })?;
+        // SAFETY: the page was mapped by `map_page` with this size.
+        check("cuMemUnmap", unsafe {
+            sys::cuMemUnmap(addr, page as usize)
+        })?;
+        // SAFETY: the handle is no longer mapped anywhere.
+        check("cuMemRelease", unsafe { sys::cuMemRelease(handle) })
+    }
+}
+
+impl Device for CudaDevice {
+    type Error = CudaError;
+
+    fn total_memory(&self) -> u64 {
+        self.info.total_memory_bytes
+    }
+
+    fn allocate(&mut self, size: u64) -> Result<Option<u64>, CudaError> {
+        let t = Instant::now();
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: an out pointer to a local; the context is current on this thread.
+        let r = unsafe { sys::cuMemAlloc_v2(&mut ptr, size as usize) };
+        self.calls.alloc.add(t.elapsed());
+        if is_oom(r) {
+            self.calls.out_of_memory += 1;
+            return Ok(None);
+        }
+        check("cuMemAlloc", r)?;
+        self.segments.insert(ptr, size);
+        Ok(Some(ptr))
+    }
+
+    fn free(&mut self, addr: u64, size: u64) -> Result<(), CudaError> {
+        match self.segments.remove(&addr) {
+            Some(s) if s == size => {}
+            other => {
+                return Err(CudaError::Unknown(format!(
+                    "free of {addr:#x} ({size} bytes): {}",
+                    match other {
+                        Some(s) => format!("the segment there has {s} bytes"),
+                        None => "no segment starts there".into(),
+                    }
+                )));
+            }
+        }
+        let t = Instant::now();
+        // SAFETY: `addr` came from cuMemAlloc and was not freed (checked above).
+        let r = unsafe { sys::cuMemFree_v2(addr) };
+        self.calls.free.add(t.elapsed());
+        check("cuMemFree", r)
+    }
+
+    fn reserve(&mut self, size: u64) -> Result<u64, CudaError> {
+        let t = Instant::now();
+        let mut base: sys::CUdeviceptr = 0;
+        // SAFETY: an out pointer to a local; no fixed address, default alignment.
+        let r = unsafe { sys::cuMemAddressReserve(&mut base, size as usize, 0, 0, 0) };
+        self.calls.reserve.add(t.elapsed());
+        check("cuMemAddressReserve", r)?;
+        Ok(base)
+    }
+
+    fn release(&mut self, base: u64, size: u64) -> Result<(), CudaError> {
+        let t = Instant::now();
+        // SAFETY: a whole reservation of ours, all of it unmapped (the trait's contract).
+        let r = unsafe { sys::cuMemAddressFree(base, size as usize) };
+        self.calls.reserve.add(t.elapsed());
+        check("cuMemAddressFree", r)
+    }
+
+    fn map(&mut self, addr: u64, size: u64, page_size: u64) -> Result<bool, CudaError> {
+        let t = Instant::now();
+        let pages = size / page_size.max(1);
+        for i in 0..pages {
+            match self.map_page(addr + i * page_size, page_size) {
+                Ok(true) => {}
+                Ok(false) => {
+                    // All or nothing: give back the pages made so far, as PyTorch does.
+                    for j in 0..i {
+                        self.unmap_page(addr + j * page_size, page_size)?;
+                    }
+                    self.calls.map.add(t.elapsed());
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.calls.map.add(t.elapsed());
+        Ok(true)
+    }
+
+    fn unmap(&mut self, addr: u64, size: u64, page_size: u64) -> Result<(), CudaError> {
+        let t = Instant::now();
+        let pages = size / page_size.max(1);
+        for i in 0..pages {
+            self.unmap_page(addr + i * page_size, page_size)?;
+        }
+        self.calls.unmap.add(t.elapsed());
+        Ok(())
+    }
+
+    fn free_memory(&mut self) -> Result<u64, CudaError> {
+        Ok(self.mem_info()?.0)
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // Segments the allocator still holds go back to the driver; mapped pages and
+        // reservations go with the context when its last handle is dropped.
+        for (addr, _) in self.segments.drain() {
+            // SAFETY: segments from cuMemAlloc, not freed.
+            let _ = unsafe { sys::cuMemFree_v2(addr) };
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! `oomlens-runner`: the engine's caching allocator on a real GPU.
+//!
+//! - `oomlens-runner probe [--json]`: the GPU, its memory and driver; exit 2 and one line on a
+//!   machine without a CUDA driver.
+//! - `oomlens-runner selftest [--limit SIZE] [--steps N] [--json]`: the allocator on the GPU
+//!   against the same allocator on the simulated device, step by step, with native and expandable
+//!   segments, every block stamped and checked by the kernels of `kernels/` (see
+//!   [`selftest`]). Exit 0 when they agree and no stamp was lost, 1 otherwise.
+//!
+//! Every CUDA call runs on the main thread, where the context is current.
+
+mod cuda;
+mod kernels;
+mod selftest;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+use cuda::{CudaDevice, CudaError};
+use kernels::{KernelError, Kernels};
+
+#[derive(Parser)]
+#[command(
+    name = "oomlens-runner",
+    version,
+    about = "Replays PyTorch caching-allocator traces on a real GPU"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The GPU: name, memory, compute capability, driver.
+    Probe {
+        /// GPU ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The allocator on the GPU against the simulation, with stamped blocks.
+    Selftest {
+        /// GPU ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// The per-process limit of the workload (e.g. `8GiB`).
+        #[arg(long, default_value = "8GiB", value_parser = parse_size)]
+        limit: u64,
+        /// Mallocs and frees per setting.
+        #[arg(long, default_value_t = 4000)]
+        steps: u64,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    oomlens_engine::Bytes::parse(s)
+        .map(|b| b.0)
+        .map_err(|e| e.to_string())
+}
+
+/// Why the runner stopped.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Cuda(CudaError::NoDriver) | Failure::Kernel(KernelError::NoNvrtc) => 2,
+            _ => 1,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match run(cli.command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("oomlens-runner: {e}");
+            ExitCode::from(e.code())
+        }
+    }
+}
+
+fn run(command: Command) -> Result<u8, Failure> {
+    match command {
+        Command::Probe { device, json } => {
+            let dev = CudaDevice::open(device)?;
+            let i = dev.info();
+            if json {
+                println!("{}", json!({ "device": i }));
+            } else {
+                println!(
+                    "{} (GPU {}): {} total, {} free; compute capability {}; driver CUDA {}",
+                    i.name,
+                    i.ordinal,
+                    oomlens_engine::Bytes(i.total_memory_bytes),
+                    oomlens_engine::Bytes(i.free_memory_bytes),
+                    i.compute_capability,
+                    i.driver_cuda_version
+                );
+            }
+            Ok(0)
+        }
+        Command::Selftest {
+            device,
+            limit,
+            steps,
+            json,
+        } => {
+            let dev = CudaDevice::open(device)?;
+            let info = dev.info().clone();
+            let mut kernels = Kernels::load(&dev)?;
+            // The spin kernel waits on the GPU's clock: 2 ms asked, the wall time measured.
+            let t = std::time::Instant::now();
+            kernels.spin(2_000_000)?;
+            kernels.synchronize()?;
+            let spin_ms = t.elapsed().as_secs_f64() * 1e3;
+            let (native, dev) = selftest::run(dev, &mut kernels, "", limit, steps)?;
+            let (expandable, dev) =
+                selftest::run(dev, &mut kernels, "expandable_segments:True", limit, steps)?;
+            let (free_after, _) = dev.mem_info()?;
+            let runs = [native, expandable];
+            let ok = runs
+                .iter()
+                .all(|r| r.mismatches.is_empty() && r.stamp_errors == 0);
+            if json {
+                println!(
+                    "{}",
+                    json!({
+                        "device": info,
+                        "limit_bytes": limit,
+                        "nvrtc_compile_ms": kernels.compile_ms,
+                        "spin_2ms_wall_ms": spin_ms,
+                        "runs": runs,
+                        "free_memory_after_bytes": free_after,
+                        "agree": ok,
+                    })
+                );
+            } else {
+                println!(
+                    "{} (GPU {}), limit {}, {} steps per setting, kernels compiled in {:.0} ms, a 2 ms spin took {spin_ms:.2} ms",
+                    info.name,
+                    info.ordinal,
+                    oomlens_engine::Bytes(limit),
+                    steps,
+                    kernels.compile_ms
+                );
+                for r in &runs {
+                    let conf = if r.alloc_conf.is_empty() {
+                        "(defaults)"
+                    } else {
+                        &r.alloc_conf
+                    };
+                    println!(
+                        "  {conf}: {} OOMs, peak reserved {}, {} mismatches, {} stamp errors, {:.0} ms; cuMemAlloc {} ({:.1} ms), cuMemFree {}, pages mapped {} ({:.1} ms), unmapped {}",
+                        r.ooms,
+                        oomlens_engine::Bytes(r.peak_reserved_bytes),
+                        r.mismatches.len(),
+                        r.stamp_errors,
+                        r.wall_ms,
+                        r.cuda_calls.alloc.count,
+                        r.cuda_calls.alloc.ms,
+                        r.cuda_calls.free.count,
+                        r.cuda_calls.map.count,
+                        r.cuda_calls.map.ms,
+                        r.cuda_calls.unmap.count,
+                    );
+                    for m in &r.mismatches {
+                        println!("    {m}");
+                    }
+                }
+                println!(
+                    "{}",
+                    if ok {
+                        "the GPU and the simulation agree; no stamp lost"
+                    } else {
+                        "DISAGREE (see above)"
+                    }
+                );
+            }
+            Ok(if ok { 0 } else { 1 })
+        }
+    }
+}
