@@ -12,7 +12,7 @@
 // function of the server's PostgreSQL supervisor.
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,8 +106,8 @@ pub struct CallStats {
 pub struct CudaDevice {
     ctx: Arc<CudaContext>,
     info: DeviceInfo,
-    /// Physical pages mapped into reservations, by address.
-    pages: HashMap<u64, sys::CUmemGenericAllocationHandle>,
+    /// Physical pages mapped into reservations: address → (handle, size).
+    pages: BTreeMap<u64, (sys::CUmemGenericAllocationHandle, u64)>,
     /// Live `cuMemAlloc` segments (address → size), so a bad free is caught, not passed on.
     segments: HashMap<u64, u64>,
     /// The driver calls so far.
@@ -159,7 +159,7 @@ impl CudaDevice {
                 compute_capability: format!("{major}.{minor}"),
                 driver_cuda_version: format!("{}.{}", version / 1000, (version % 1000) / 10),
             },
-            pages: HashMap::new(),
+            pages: BTreeMap::new(),
             segments: HashMap::new(),
             calls: CallStats::default(),
         };
@@ -170,6 +170,34 @@ impl CudaDevice {
     /// The device's name, memory and versions.
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// Whether `[addr, addr + size)` lies inside one live `cuMemAlloc` segment or is covered by
+    /// mapped pages of a reservation: where every block the allocator hands out must be.
+    pub fn backs(&self, addr: u64, size: u64) -> bool {
+        if self
+            .segments
+            .iter()
+            .any(|(&base, &len)| addr >= base && addr + size <= base + len)
+        {
+            return true;
+        }
+        let end = addr + size;
+        let mut at = addr;
+        while at < end {
+            match self.pages.range(..=at).next_back() {
+                Some((&start, &(_, len))) if start + len > at => at = start + len,
+                _ => return false,
+            }
+        }
+        size > 0
+    }
+
+    /// The live `cuMemAlloc` segments, by address.
+    pub fn segments(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self.segments.iter().map(|(&a, &s)| (a, s)).collect();
+        v.sort_unstable();
+        v
     }
 
     /// The context (for kernels).
@@ -223,12 +251,12 @@ impl CudaDevice {
         check("cuMemSetAccess", unsafe {
             sys::cuMemSetAccess(addr, page as usize, &desc, 1)
         })?;
-        self.pages.insert(addr, handle);
+        self.pages.insert(addr, (handle, page));
         Ok(true)
     }
 
     fn unmap_page(&mut self, addr: u64, page: u64) -> Result<(), CudaError> {
-        let handle = self.pages.remove(&addr).ok_or_else(|| {
+        let (handle, _) = self.pages.remove(&addr).ok_or_else(|| {
             CudaError::Unknown(format!("unmap of {addr:#x}: no page mapped there"))
         })?;
         // SAFETY: the page was mapped by `map_page` with this size.
@@ -323,6 +351,11 @@ impl Device for CudaDevice {
 
     fn unmap(&mut self, addr: u64, size: u64, page_size: u64) -> Result<(), CudaError> {
         let t = Instant::now();
+        // Unlike cuMemFree, cuMemUnmap/cuMemRelease do not wait for kernels still using the
+        // pages: wait for them first, as PyTorch's ExpandableSegment::unmapHandles does (found
+        // by the stamp kernels on the H200: without it a pending kernel hit unmapped memory).
+        // SAFETY: no arguments; the context is current on this thread.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
         let pages = size / page_size.max(1);
         for i in 0..pages {
             self.unmap_page(addr + i * page_size, page_size)?;

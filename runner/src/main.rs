@@ -133,7 +133,7 @@ fn run(command: Command) -> Result<u8, Failure> {
             steps,
             json,
         } => {
-            let dev = CudaDevice::open(device)?;
+            let mut dev = CudaDevice::open(device)?;
             let info = dev.info().clone();
             let mut kernels = Kernels::load(&dev)?;
             // The spin kernel waits on the GPU's clock: 2 ms asked, the wall time measured.
@@ -141,14 +141,25 @@ fn run(command: Command) -> Result<u8, Failure> {
             kernels.spin(2_000_000)?;
             kernels.synchronize()?;
             let spin_ms = t.elapsed().as_secs_f64() * 1e3;
+            // The kernels on one raw segment first: stamped, checked, nothing lost.
+            let raw_words_lost = {
+                let seg = oomlens_engine::allocator::Device::allocate(&mut dev, 4 << 20)?
+                    .ok_or_else(|| KernelError::Compile("no 4 MiB for the kernel check".into()))?;
+                kernels.stamp(seg, 4 << 20, 7)?;
+                kernels.check(seg, 4 << 20, 7)?;
+                let lost = kernels.errors()?;
+                oomlens_engine::allocator::Device::free(&mut dev, seg, 4 << 20)?;
+                lost
+            };
             let (native, dev) = selftest::run(dev, &mut kernels, "", limit, steps)?;
             let (expandable, dev) =
                 selftest::run(dev, &mut kernels, "expandable_segments:True", limit, steps)?;
             let (free_after, _) = dev.mem_info()?;
             let runs = [native, expandable];
-            let ok = runs
-                .iter()
-                .all(|r| r.mismatches.is_empty() && r.stamp_errors == 0);
+            let ok = raw_words_lost == 0
+                && runs
+                    .iter()
+                    .all(|r| r.mismatches.is_empty() && r.stamp_errors == 0);
             if json {
                 println!(
                     "{}",
@@ -157,6 +168,7 @@ fn run(command: Command) -> Result<u8, Failure> {
                         "limit_bytes": limit,
                         "nvrtc_compile_ms": kernels.compile_ms,
                         "spin_2ms_wall_ms": spin_ms,
+                        "raw_segment_words_lost": raw_words_lost,
                         "runs": runs,
                         "free_memory_after_bytes": free_after,
                         "agree": ok,
@@ -178,10 +190,11 @@ fn run(command: Command) -> Result<u8, Failure> {
                         &r.alloc_conf
                     };
                     println!(
-                        "  {conf}: {} OOMs, peak reserved {}, {} mismatches, {} stamp errors, {:.0} ms; cuMemAlloc {} ({:.1} ms), cuMemFree {}, pages mapped {} ({:.1} ms), unmapped {}",
+                        "  {conf}: {} OOMs, peak reserved {}, {} mismatches, reserved differs after {} steps, {} stamp errors, {:.0} ms; cuMemAlloc {} ({:.1} ms), cuMemFree {}, pages mapped {} ({:.1} ms), unmapped {}",
                         r.ooms,
                         oomlens_engine::Bytes(r.peak_reserved_bytes),
                         r.mismatches.len(),
+                        r.reserved_differs_steps,
                         r.stamp_errors,
                         r.wall_ms,
                         r.cuda_calls.alloc.count,
@@ -198,7 +211,7 @@ fn run(command: Command) -> Result<u8, Failure> {
                 println!(
                     "{}",
                     if ok {
-                        "the GPU and the simulation agree; no stamp lost"
+                        "the GPU and the simulation made the same decisions; no stamp lost"
                     } else {
                         "DISAGREE (see above)"
                     }
