@@ -7,7 +7,9 @@
 //!   segments, every block stamped and checked by the kernels of `kernels/` (see
 //!   [`selftest`]). Exit 0 when they agree and no stamp was lost, 1 otherwise.
 //!
-//! Every CUDA call runs on the main thread, where the context is current.
+//! Every CUDA call runs on the main thread, where the context is current. Kernels run
+//! asynchronously; with `OOMLENS_RUNNER_SYNC=1` the self-test waits after every stamp, so a
+//! failing kernel is reported at its own step (slower; for finding faults).
 
 mod cuda;
 mod kernels;
