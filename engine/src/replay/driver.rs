@@ -5,6 +5,7 @@
 use rustc_hash::FxHashMap;
 
 use super::compare::Comparator;
+use super::device::ReplayDevice;
 use super::prepass::prepass;
 use super::seed::seed;
 use super::{
@@ -13,7 +14,7 @@ use super::{
 };
 use crate::allocator::{
     AddressOracle, AllocError, AllocatorConfig, Backend, BlockId, CachingAllocator, Event,
-    EventSink, OutOfMemory, SMALL_BUFFER, SimDevice, SimDeviceError, expandable_reservation_size,
+    EventSink, OutOfMemory, SMALL_BUFFER, SimDevice, expandable_reservation_size,
 };
 use crate::snapshot::{Action, Snapshot, TraceEntry};
 
@@ -23,7 +24,7 @@ const OTHER_STREAM: u64 = u64::MAX;
 /// Notes kept in full; the rest are counted.
 const MAX_NOTES: usize = 20;
 
-/// Replays `options.device`'s trace of `snapshot` (see the module docs).
+/// Replays `options.device`'s trace of `snapshot` on a simulated device (see the module docs).
 ///
 /// ```
 /// use oomlens_engine::replay::{replay, ReplayOptions};
@@ -32,10 +33,24 @@ const MAX_NOTES: usize = 20;
 /// assert!(replay(&snapshot, &ReplayOptions::default()).is_err()); // no trace for device 0
 /// ```
 pub fn replay(snapshot: &Snapshot, options: &ReplayOptions) -> Result<Replay, ReplayError> {
-    let device = options.device;
-    let Some(trace) = snapshot.traces.iter().find(|t| t.device == device) else {
+    let sim = SimDevice::new(options.device_total, options.device_memory)
+        .with_order(options.address_order);
+    replay_on(snapshot, options, sim).map(|(r, _)| r)
+}
+
+/// Replays `options.device`'s trace of `snapshot` on `device` — the simulation, or a real GPU —
+/// and gives the device back with the result. `options.device_total`, `device_memory` and
+/// `address_order` describe the simulated device [`replay`] makes; here `device` is what it is.
+/// The oracle (`options.use_oracle`) is offered to the device, which may not use it.
+pub fn replay_on<D: ReplayDevice>(
+    snapshot: &Snapshot,
+    options: &ReplayOptions,
+    mut device: D,
+) -> Result<(Replay, D), ReplayError> {
+    let device_ordinal = options.device;
+    let Some(trace) = snapshot.traces.iter().find(|t| t.device == device_ordinal) else {
         return Err(ReplayError::NoSuchDevice {
-            device,
+            device: device_ordinal,
             available: snapshot.traces.iter().map(|t| t.device).collect(),
         });
     };
@@ -53,16 +68,14 @@ pub fn replay(snapshot: &Snapshot, options: &ReplayOptions) -> Result<Replay, Re
         return Err(ReplayError::UnsupportedBackend);
     }
 
-    let pre = prepass(snapshot, device, entries);
-    let mut sim = SimDevice::new(options.device_total, options.device_memory)
-        .with_order(options.address_order);
+    let pre = prepass(snapshot, device_ordinal, entries);
     if options.use_oracle {
-        let va = expandable_reservation_size(options.device_total, SMALL_BUFFER);
+        let va = expandable_reservation_size(device.total_memory(), SMALL_BUFFER);
         let segs = pre
             .segment_entries
             .iter()
             .filter_map(|&i| entries.get(i as usize));
-        sim = sim.with_oracle(AddressOracle::from_entries(segs, va));
+        device.offer_oracle(AddressOracle::from_entries(segs, va));
     }
     let sink = Recorder {
         at: 0,
@@ -72,7 +85,7 @@ pub fn replay(snapshot: &Snapshot, options: &ReplayOptions) -> Result<Replay, Re
             64
         }),
     };
-    let mut alloc = CachingAllocator::with_sink(config.clone(), sim, sink);
+    let mut alloc = CachingAllocator::with_sink(config.clone(), device, sink);
     if options.capacity.is_some() {
         alloc.set_memory_limit(options.capacity);
     }
@@ -102,7 +115,7 @@ pub fn replay(snapshot: &Snapshot, options: &ReplayOptions) -> Result<Replay, Re
         let seeded = seed(
             &mut alloc,
             snapshot,
-            device,
+            device_ordinal,
             entries,
             &mut d.live,
             &mut d.pending,
@@ -130,13 +143,13 @@ pub fn replay(snapshot: &Snapshot, options: &ReplayOptions) -> Result<Replay, Re
 
     let stats = alloc.stats().clone();
     let final_segments = alloc.snapshot();
-    let (sim, recorder) = alloc.into_parts();
-    let (segments_answered, reservations_answered) = sim.oracle_answered();
+    let (device, recorder) = alloc.into_parts();
+    let (segments_answered, reservations_answered, divergence) = device.oracle_report();
     let address_oracle = OracleReport {
         used: options.use_oracle,
         segments_answered,
         reservations_answered,
-        divergence: sim.divergence(),
+        divergence,
     };
     if d.notes_dropped > 0 {
         let n = d.notes_dropped;
@@ -146,8 +159,8 @@ pub fn replay(snapshot: &Snapshot, options: &ReplayOptions) -> Result<Replay, Re
         Some((i, o)) => (Some(i), Some(o)),
         None => (None, None),
     };
-    Ok(Replay {
-        device,
+    let replay = Replay {
+        device: device_ordinal,
         config,
         recorded_settings,
         capacity,
@@ -176,7 +189,8 @@ pub fn replay(snapshot: &Snapshot, options: &ReplayOptions) -> Result<Replay, Re
         initial,
         address_oracle,
         notes: d.notes,
-    })
+    };
+    Ok((replay, device))
 }
 
 struct Driver<'a> {
@@ -241,9 +255,9 @@ impl EventSink for Recorder {
     }
 }
 
-pub(super) type Alloc = CachingAllocator<SimDevice, Recorder>;
+pub(super) type Alloc<D> = CachingAllocator<D, Recorder>;
 
-fn internal(index: usize, e: AllocError<SimDeviceError>) -> ReplayError {
+fn internal<E: std::fmt::Display>(index: usize, e: E) -> ReplayError {
     ReplayError::Internal {
         index,
         what: e.to_string(),
@@ -260,7 +274,7 @@ impl Driver<'_> {
     }
 
     /// Runs the loop; returns the index of the last entry processed.
-    fn run(&mut self, alloc: &mut Alloc) -> Result<usize, ReplayError> {
+    fn run<D: ReplayDevice>(&mut self, alloc: &mut Alloc<D>) -> Result<usize, ReplayError> {
         let entries = self.entries;
         let n = entries.len();
         // Entries before this index belong to a release run already decided on.
@@ -279,9 +293,17 @@ impl Driver<'_> {
             let mark = alloc.sink().events.len();
             alloc.sink_mut().at = u32::try_from(i).unwrap_or(u32::MAX);
             let mut stop = false;
+            alloc
+                .device_mut()
+                .before_entry(i, e)
+                .map_err(|err| internal(i, err))?;
             match e.action {
                 Action::Alloc => match alloc.malloc(e.size, e.stream) {
                     Ok(a) => {
+                        alloc
+                            .device_mut()
+                            .block_allocated(a.addr, a.size)
+                            .map_err(|err| internal(i, err))?;
                         if self.live.insert(e.addr, a.id).is_some() {
                             self.note(format!(
                                 "entry {i}: alloc at 0x{:x}, where the trace still had a live block",
@@ -290,7 +312,7 @@ impl Driver<'_> {
                         }
                         if self.recorded_settings
                             && a.addr != e.addr
-                            && alloc.device().divergence().is_none()
+                            && alloc.device().oracle_report().2.is_none()
                             && self.options.use_oracle
                         {
                             self.cmp.diverge(Divergence {
@@ -325,6 +347,12 @@ impl Driver<'_> {
                 },
                 Action::FreeRequested => match self.live.remove(&e.addr) {
                     Some(id) => {
+                        if let Some(b) = alloc.block(id) {
+                            alloc
+                                .device_mut()
+                                .block_freed(b.addr, b.size)
+                                .map_err(|err| internal(i, err))?;
+                        }
                         let completes_now = entries
                             .get(i + 1)
                             .is_some_and(|x| x.action == Action::FreeCompleted && x.addr == e.addr);
@@ -486,7 +514,7 @@ impl Driver<'_> {
     /// Compares the events the last entry made the allocator emit; drops them unless they are
     /// to be kept.
     #[inline]
-    fn after_events(&mut self, alloc: &mut Alloc, mark: usize) {
+    fn after_events<D: ReplayDevice>(&mut self, alloc: &mut Alloc<D>, mark: usize) {
         let events = &mut alloc.sink_mut().events;
         if self.recorded_settings {
             for e in &events[mark..] {
@@ -504,7 +532,7 @@ impl Driver<'_> {
     /// the simulated malloc, with the blocks still pending, must be headed for the flush. Only
     /// with the recorded settings (otherwise the allocator's state is not the recorded one, and
     /// the completions are simply made where the trace has them).
-    fn flush_completes_group(&self, alloc: &Alloc, g: usize) -> bool {
+    fn flush_completes_group<D: ReplayDevice>(&self, alloc: &Alloc<D>, g: usize) -> bool {
         if !self.recorded_settings {
             return false;
         }
@@ -528,7 +556,12 @@ impl Driver<'_> {
 
     /// Decides whether the `segment_free`/`segment_unmap` run ending before `end` is an
     /// `empty_cache()` call (see the module docs).
-    fn is_empty_cache(&self, alloc: &Alloc, end: usize, recorded_reserved: u64) -> bool {
+    fn is_empty_cache<D: ReplayDevice>(
+        &self,
+        alloc: &Alloc<D>,
+        end: usize,
+        recorded_reserved: u64,
+    ) -> bool {
         let next = self.entries[end..].iter().find(|e| {
             !matches!(
                 e.action,

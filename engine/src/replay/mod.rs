@@ -45,6 +45,7 @@
 //! their page mapping cannot be rebuilt from a trace.
 
 mod compare;
+mod device;
 mod driver;
 mod export;
 mod prepass;
@@ -57,7 +58,8 @@ use crate::allocator::{
 };
 use crate::snapshot::Action;
 
-pub use driver::replay;
+pub use device::ReplayDevice;
+pub use driver::{replay, replay_on};
 
 #[cfg(doc)]
 use crate::allocator::{CachingAllocator, SimDevice};

@@ -4,6 +4,7 @@
 
 use rustc_hash::FxHashMap;
 
+use super::device::ReplayDevice;
 use super::driver::Alloc;
 use super::{InitialHandling, ReplayError};
 use crate::allocator::{BlockId, RestoredBlock};
@@ -14,8 +15,8 @@ pub(super) struct Seeded {
     pub(super) notes: Vec<String>,
 }
 
-pub(super) fn seed(
-    alloc: &mut Alloc,
+pub(super) fn seed<D: ReplayDevice>(
+    alloc: &mut Alloc<D>,
     snapshot: &Snapshot,
     device: u32,
     entries: &[TraceEntry],
@@ -72,9 +73,27 @@ pub(super) fn seed(
                     .map(|e| e.stream)
             })
             .unwrap_or(0);
-        alloc.device_mut().adopt_segment(seg.addr, seg.size);
+        // Where the segment lives on this device (a GPU puts it elsewhere): blocks keep their
+        // offsets, the maps below keep the recorded addresses.
+        let base = alloc
+            .device_mut()
+            .adopt_segment(seg.addr, seg.size)
+            .map_err(|e| ReplayError::Seed {
+                device,
+                what: format!("segment 0x{:x} ({} bytes): {e}", seg.addr, seg.size),
+            })?
+            .ok_or_else(|| ReplayError::Seed {
+                device,
+                what: format!(
+                    "segment 0x{:x} ({} bytes): the device is out of memory",
+                    seg.addr, seg.size
+                ),
+            })?;
+        for b in &mut restored {
+            b.addr = b.addr.saturating_sub(seg.addr).saturating_add(base);
+        }
         let ids = alloc
-            .restore_segment(seg.addr, seg.size, stream, &restored)
+            .restore_segment(base, seg.size, stream, &restored)
             .map_err(|e| ReplayError::Seed {
                 device,
                 what: format!("segment 0x{:x} ({} bytes): {e}", seg.addr, seg.size),
