@@ -191,3 +191,43 @@ fn a_mid_run_trace_is_seeded_where_the_device_puts_its_segments() {
     // to the watcher; every other free matches its allocation.
     assert!(dev.unknown_frees <= r.initial.seeded_blocks);
 }
+
+/// [`remedy_trace`] hands out the very trace whose replay decides `fits` in what-if.
+#[test]
+fn a_remedys_trace_replayed_under_the_capacity_gives_whatifs_verdict() {
+    use oomlens_engine::remedies::{remedy_trace, whatif};
+    let specs: Vec<String> = [
+        "batch=0.5",
+        "alloc=expandable_segments:True",
+        "amp=bf16+checkpoint",
+    ]
+    .iter()
+    .map(|s| (*s).to_string())
+    .collect();
+    for (file, cap) in [
+        ("gpt__baseline__cap10.pickle.gz", 10_737_418_240u64),
+        ("gpt__baseline__full.pickle.gz", 12_000_000_000),
+    ] {
+        let s = snapshot(file);
+        let w = whatif(&s, cap, &specs).unwrap();
+        for p in &w.remedies {
+            let t = remedy_trace(&s, &p.remedy).unwrap();
+            assert_eq!(t.extrapolated, w.post_mortem, "{file} {}", p.remedy);
+            assert_eq!(t.method, p.method, "{file} {}", p.remedy);
+            let r = replay(
+                &t.snapshot,
+                &ReplayOptions {
+                    device: t.device,
+                    config: t.config.clone(),
+                    capacity: Some(cap),
+                    use_oracle: false,
+                    record_events: false,
+                    record_timeline: false,
+                    ..ReplayOptions::default()
+                },
+            )
+            .unwrap();
+            assert_eq!(!r.oom, p.fits, "{file} {}", p.remedy);
+        }
+    }
+}

@@ -110,8 +110,28 @@ pub struct CudaDevice {
     pages: BTreeMap<u64, (sys::CUmemGenericAllocationHandle, u64)>,
     /// Live `cuMemAlloc` segments (address → size), so a bad free is caught, not passed on.
     segments: HashMap<u64, u64>,
+    /// Live address reservations (base → size).
+    reservations: HashMap<u64, u64>,
+    /// Memory held so that a smaller card is emulated ([`CudaDevice::emulate`]).
+    ballast: Vec<u64>,
+    /// `totalGlobalMem` of the emulated card.
+    emulated_total: Option<u64>,
     /// The driver calls so far.
     pub calls: CallStats,
+}
+
+/// A smaller card, emulated by holding the rest of the GPU's memory.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Emulation {
+    /// The card's size.
+    pub device_memory_bytes: u64,
+    /// In use before the ballast (this process's CUDA context, and anything else on the GPU).
+    pub in_use_before_bytes: u64,
+    /// Held as ballast.
+    pub ballast_bytes: u64,
+    /// Free after the ballast: what the allocator can get from the driver, as on that card
+    /// with this context on it.
+    pub free_after_bytes: u64,
 }
 
 impl CudaDevice {
@@ -161,6 +181,9 @@ impl CudaDevice {
             },
             pages: BTreeMap::new(),
             segments: HashMap::new(),
+            reservations: HashMap::new(),
+            ballast: Vec::new(),
+            emulated_total: None,
             calls: CallStats::default(),
         };
         dev.info.free_memory_bytes = dev.mem_info()?.0;
@@ -170,6 +193,81 @@ impl CudaDevice {
     /// The device's name, memory and versions.
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// Emulates a card of `card` bytes: holds all free memory but what that card would have
+    /// free with what is in use now (this context included), so the driver itself refuses
+    /// where the smaller card would. Its `totalGlobalMem` becomes `card`. Ballast is taken in
+    /// 1 GiB `cuMemAlloc`s, then smaller ones down to 2 MiB (the driver's granularity).
+    pub fn emulate(&mut self, card: u64) -> Result<Emulation, CudaError> {
+        let (free, total) = self.mem_info()?;
+        let in_use = total.saturating_sub(free);
+        if card <= in_use || card > total {
+            return Err(CudaError::Unknown(format!(
+                "--device-memory {}: must be more than the {} already in use on this GPU and at most its {}",
+                oomlens_engine::Bytes(card),
+                oomlens_engine::Bytes(in_use),
+                oomlens_engine::Bytes(total)
+            )));
+        }
+        let target = card - in_use;
+        let mut chunk: u64 = 1 << 30;
+        while chunk >= 2 << 20 {
+            let (free, _) = self.mem_info()?;
+            if free < target.saturating_add(chunk) {
+                chunk /= 2;
+                continue;
+            }
+            let mut ptr: sys::CUdeviceptr = 0;
+            // SAFETY: an out pointer to a local; the context is current on this thread.
+            let r = unsafe { sys::cuMemAlloc_v2(&mut ptr, chunk as usize) };
+            if is_oom(r) {
+                chunk /= 2;
+                continue;
+            }
+            check("cuMemAlloc (ballast)", r)?;
+            self.ballast.push(ptr);
+        }
+        let (free_after, _) = self.mem_info()?;
+        self.emulated_total = Some(card);
+        Ok(Emulation {
+            device_memory_bytes: card,
+            in_use_before_bytes: in_use,
+            ballast_bytes: free.saturating_sub(free_after),
+            free_after_bytes: free_after,
+        })
+    }
+
+    /// Gives the ballast back: the whole GPU again.
+    pub fn drop_ballast(&mut self) -> Result<(), CudaError> {
+        for addr in std::mem::take(&mut self.ballast) {
+            // SAFETY: ballast from cuMemAlloc, not freed.
+            check("cuMemFree (ballast)", unsafe { sys::cuMemFree_v2(addr) })?;
+        }
+        self.emulated_total = None;
+        Ok(())
+    }
+
+    /// Gives back everything a replay left (segments, mapped pages, reservations), so the next
+    /// replay starts from an empty allocator; the ballast stays.
+    pub fn release_all(&mut self) -> Result<(), CudaError> {
+        // SAFETY: no arguments; the context is current on this thread.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
+        let pages: Vec<(u64, u64)> = self.pages.iter().map(|(&a, &(_, s))| (a, s)).collect();
+        for (addr, size) in pages {
+            self.unmap_page(addr, size)?;
+        }
+        for (base, size) in std::mem::take(&mut self.reservations) {
+            // SAFETY: a reservation of ours, now unmapped.
+            check("cuMemAddressFree", unsafe {
+                sys::cuMemAddressFree(base, size as usize)
+            })?;
+        }
+        for (addr, _) in std::mem::take(&mut self.segments) {
+            // SAFETY: a segment from cuMemAlloc, not freed.
+            check("cuMemFree", unsafe { sys::cuMemFree_v2(addr) })?;
+        }
+        Ok(())
     }
 
     /// Whether `[addr, addr + size)` lies inside one live `cuMemAlloc` segment or is covered by
@@ -272,7 +370,7 @@ impl Device for CudaDevice {
     type Error = CudaError;
 
     fn total_memory(&self) -> u64 {
-        self.info.total_memory_bytes
+        self.emulated_total.unwrap_or(self.info.total_memory_bytes)
     }
 
     fn allocate(&mut self, size: u64) -> Result<Option<u64>, CudaError> {
@@ -317,10 +415,12 @@ impl Device for CudaDevice {
         let r = unsafe { sys::cuMemAddressReserve(&mut base, size as usize, 0, 0, 0) };
         self.calls.reserve.add(t.elapsed());
         check("cuMemAddressReserve", r)?;
+        self.reservations.insert(base, size);
         Ok(base)
     }
 
     fn release(&mut self, base: u64, size: u64) -> Result<(), CudaError> {
+        self.reservations.remove(&base);
         let t = Instant::now();
         // SAFETY: a whole reservation of ours, all of it unmapped (the trait's contract).
         let r = unsafe { sys::cuMemAddressFree(base, size as usize) };
@@ -373,8 +473,13 @@ impl Drop for CudaDevice {
     fn drop(&mut self) {
         // Segments the allocator still holds go back to the driver; mapped pages and
         // reservations go with the context when its last handle is dropped.
-        for (addr, _) in self.segments.drain() {
-            // SAFETY: segments from cuMemAlloc, not freed.
+        for addr in self
+            .segments
+            .drain()
+            .map(|(a, _)| a)
+            .chain(self.ballast.drain(..))
+        {
+            // SAFETY: segments (and ballast) from cuMemAlloc, not freed.
             let _ = unsafe { sys::cuMemFree_v2(addr) };
         }
     }

@@ -115,32 +115,45 @@ impl Kernels {
         }
     }
 
-    /// Writes `id` into every 8-byte word of `[addr, addr + bytes)`.
-    pub fn stamp(&self, addr: u64, bytes: u64, id: u64) -> Result<(), KernelError> {
+    /// Writes `id` into every `stride`-th 8-byte word of `[addr, addr + bytes)` (1: every word).
+    pub fn stamp(&self, addr: u64, bytes: u64, stride: u64, id: u64) -> Result<(), KernelError> {
         let words = bytes / 8;
         if words == 0 {
             return Ok(());
         }
+        let stride = stride.max(1);
         let mut b = self.stream.launch_builder(&self.stamp);
-        b.arg(&addr).arg(&words).arg(&id);
+        b.arg(&addr).arg(&words).arg(&stride).arg(&id);
         // SAFETY: the kernel writes `words` 8-byte words from `addr`, a live block of at least
         // `bytes` bytes that the allocator handed out on this device.
-        unsafe { b.launch(Self::config(words)) }
+        unsafe { b.launch(Self::config(words.div_ceil(stride))) }
             .map(|_| ())
             .map_err(|e| KernelError::Launch("stamp", e))
     }
 
-    /// Starts counting the words of `[addr, addr + bytes)` that do not hold `id`; the count is
-    /// added up on the device and read by [`Kernels::errors`].
-    pub fn check(&mut self, addr: u64, bytes: u64, id: u64) -> Result<(), KernelError> {
+    /// Starts counting the stamped words (every `stride`-th) of `[addr, addr + bytes)` that do
+    /// not hold `id`; the count is added up on the device and read by [`Kernels::errors`].
+    pub fn check(
+        &mut self,
+        addr: u64,
+        bytes: u64,
+        stride: u64,
+        id: u64,
+    ) -> Result<(), KernelError> {
         let words = bytes / 8;
         if words == 0 {
             return Ok(());
         }
+        let stride = stride.max(1);
         let mut b = self.stream.launch_builder(&self.check);
-        b.arg(&addr).arg(&words).arg(&id).arg(&mut self.errors);
-        // SAFETY: reads `words` words of a live block; adds into the one-word counter.
-        unsafe { b.launch(Self::config(words)) }
+        b.arg(&addr)
+            .arg(&words)
+            .arg(&stride)
+            .arg(&id)
+            .arg(&mut self.errors);
+        // SAFETY: reads every `stride`-th of `words` words of a live block; adds into the
+        // one-word counter.
+        unsafe { b.launch(Self::config(words.div_ceil(stride))) }
             .map(|_| ())
             .map_err(|e| KernelError::Launch("check", e))
     }

@@ -7,12 +7,18 @@
 //!   segments, every block stamped and checked by the kernels of `kernels/` (see
 //!   [`selftest`]). Exit 0 when they agree and no stamp was lost, 1 otherwise.
 //!
+//! - `oomlens-runner replay FILE [--capacity SIZE] [--device-memory SIZE] [--alloc-conf STRING]
+//!   [--remedy SPEC]... [--timing flat|recorded] [--json]`: the snapshot's trace (and each
+//!   remedy's) replayed on the GPU and in the simulation (see [`replay`]). Exit 0 when the GPU
+//!   agreed with the simulation and no stamp was lost, 1 otherwise, 2 for bad input or no GPU.
+//!
 //! Every CUDA call runs on the main thread, where the context is current. Kernels run
 //! asynchronously; with `OOMLENS_RUNNER_SYNC=1` the self-test waits after every stamp, so a
 //! failing kernel is reported at its own step (slower; for finding faults).
 
 mod cuda;
 mod kernels;
+mod replay;
 mod selftest;
 
 use std::process::ExitCode;
@@ -60,6 +66,39 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Replay a snapshot's trace (and remedies) on the GPU, beside the simulation.
+    Replay(ReplayArgs),
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// The snapshot (`_dump_snapshot` pickle, plain or gzip).
+    file: std::path::PathBuf,
+    /// Per-process limit, as `set_per_process_memory_fraction` enforces it (`10GiB`, bytes).
+    #[arg(long, value_parser = parse_size)]
+    capacity: Option<u64>,
+    /// Emulate a card of this size: the rest of the GPU is taken as ballast first, so the driver
+    /// itself runs out where that card would (this process's CUDA context included).
+    #[arg(long, value_parser = parse_size)]
+    device_memory: Option<u64>,
+    /// Allocator settings, as `PYTORCH_CUDA_ALLOC_CONF` takes them (default: the recorded ones).
+    #[arg(long)]
+    alloc_conf: Option<String>,
+    /// Also replay this remedy (`batch=0.5`, `amp=bf16+checkpoint`, `alloc=expandable_segments:True`…); repeatable.
+    #[arg(long = "remedy", value_name = "SPEC")]
+    remedies: Vec<String>,
+    /// `flat`: as fast as it goes; `recorded`: keep the trace's time between entries.
+    #[arg(long, value_enum, default_value_t = replay::Timing::Flat)]
+    timing: replay::Timing,
+    /// GPU ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// CUDA device of the trace in the snapshot.
+    #[arg(long, default_value_t = 0)]
+    trace_device: u32,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -75,12 +114,28 @@ enum Failure {
     Cuda(#[from] CudaError),
     #[error(transparent)]
     Kernel(#[from] KernelError),
+    #[error("{0}")]
+    BadInput(String),
+    #[error(transparent)]
+    Replay(replay::RunError),
+}
+
+impl From<replay::RunError> for Failure {
+    fn from(e: replay::RunError) -> Failure {
+        match e {
+            replay::RunError::Kernel(k) => Failure::Kernel(k),
+            replay::RunError::Input(s) => Failure::BadInput(s),
+            other => Failure::Replay(other),
+        }
+    }
 }
 
 impl Failure {
     fn code(&self) -> u8 {
         match self {
-            Failure::Cuda(CudaError::NoDriver) | Failure::Kernel(KernelError::NoNvrtc) => 2,
+            Failure::Cuda(CudaError::NoDriver)
+            | Failure::Kernel(KernelError::NoNvrtc | KernelError::Cuda(CudaError::NoDriver))
+            | Failure::BadInput(_) => 2,
             _ => 1,
         }
     }
@@ -111,6 +166,7 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<u8, Failure> {
     match command {
+        Command::Replay(args) => replay_command(&args),
         Command::Probe { device, json } => {
             let dev = CudaDevice::open(device)?;
             let i = dev.info();
@@ -147,8 +203,8 @@ fn run(command: Command) -> Result<u8, Failure> {
             let raw_words_lost = {
                 let seg = oomlens_engine::allocator::Device::allocate(&mut dev, 4 << 20)?
                     .ok_or_else(|| KernelError::Compile("no 4 MiB for the kernel check".into()))?;
-                kernels.stamp(seg, 4 << 20, 7)?;
-                kernels.check(seg, 4 << 20, 7)?;
+                kernels.stamp(seg, 4 << 20, 1, 7)?;
+                kernels.check(seg, 4 << 20, 1, 7)?;
                 let lost = kernels.errors()?;
                 oomlens_engine::allocator::Device::free(&mut dev, seg, 4 << 20)?;
                 lost
@@ -222,4 +278,49 @@ fn run(command: Command) -> Result<u8, Failure> {
             Ok(if ok { 0 } else { 1 })
         }
     }
+}
+
+fn replay_command(args: &ReplayArgs) -> Result<u8, Failure> {
+    let name = args.file.display().to_string();
+    let alloc_conf = args
+        .alloc_conf
+        .as_deref()
+        .map(|c| {
+            oomlens_engine::allocator::AllocatorConfig::parse(c)
+                .map_err(|e| Failure::BadInput(format!("--alloc-conf {c:?}: {e}")))
+        })
+        .transpose()?;
+    for spec in &args.remedies {
+        oomlens_engine::remedies::parse_spec(spec)
+            .map_err(|e| Failure::BadInput(format!("--remedy {spec:?}: {e}")))?;
+    }
+    // The GPU first: without one, nothing else is worth doing.
+    let mut gpu = replay::Gpu::open(args.device)?;
+    let file =
+        std::fs::File::open(&args.file).map_err(|e| Failure::BadInput(format!("{name}: {e}")))?;
+    let snapshot = oomlens_engine::snapshot::read_snapshot(
+        file,
+        &oomlens_engine::snapshot::ReadOptions::default(),
+    )
+    .map_err(|e| Failure::BadInput(format!("{name}: {e}")))?;
+    let out = gpu.run(
+        &snapshot,
+        &name,
+        &replay::Options {
+            trace_device: args.trace_device,
+            capacity: args.capacity,
+            device_memory: args.device_memory,
+            alloc_conf,
+            remedies: args.remedies.clone(),
+            timing: args.timing,
+        },
+    )?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&out)
+            .map_err(|e| Failure::BadInput(format!("JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        print!("{}", replay::render_text(&out));
+    }
+    Ok(if out.ok() { 0 } else { 1 })
 }

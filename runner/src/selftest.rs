@@ -106,7 +106,7 @@ pub fn run(
         if free_now {
             let k = (rng.next() as usize) % live.len();
             let (rid, sid, addr, size, stamp): (_, _, u64, u64, u64) = live.swap_remove(k);
-            kernels.check(addr, size, stamp)?;
+            kernels.check(addr, size, 1, stamp)?;
             let a = real
                 .free(rid)
                 .map_err(|e| KernelError::Compile(format!("free: {e}")));
@@ -141,7 +141,7 @@ pub fn run(
                             y.size
                         )));
                     }
-                    kernels.stamp(x.addr, x.size, stamp)?;
+                    kernels.stamp(x.addr, x.size, 1, stamp)?;
                     if std::env::var_os("OOMLENS_RUNNER_SYNC").is_some() {
                         kernels.synchronize().map_err(|e| {
                             KernelError::Compile(format!(
@@ -192,7 +192,7 @@ pub fn run(
         out.peak_reserved_bytes = out.peak_reserved_bytes.max(real.reserved());
     }
     for (rid, _, addr, size, stamp) in live.drain(..) {
-        kernels.check(addr, size, stamp)?;
+        kernels.check(addr, size, 1, stamp)?;
         let _ = real.free(rid);
     }
     out.stamp_errors = kernels.errors()?;

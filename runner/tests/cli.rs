@@ -19,6 +19,13 @@ fn runner(args: &[&str]) -> std::process::Output {
         .expect("the runner runs")
 }
 
+/// A corpus snapshot that ends in PyTorch's OOM at a 10 GiB limit (truth.json:
+/// `gpt__baseline__cap10`): the recorded `oom` entry is entry 553.
+const CAP10: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../examples/gpt__baseline__cap10.pickle.gz"
+);
+
 fn has_gpu() -> bool {
     runner(&["probe"]).status.code() == Some(0)
 }
@@ -31,7 +38,11 @@ fn without_a_driver_it_says_so_in_one_line_and_exits_2() {
         );
         return;
     }
-    for args in [&["probe"][..], &["selftest"][..]] {
+    for args in [
+        &["probe"][..],
+        &["selftest"][..],
+        &["replay", CAP10, "--capacity", "10GiB"][..],
+    ] {
         let out = runner(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -43,9 +54,54 @@ fn without_a_driver_it_says_so_in_one_line_and_exits_2() {
 
 #[test]
 fn misuse_is_exit_2() {
-    let out = runner(&["selftest", "--limit", "lots"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--limit"));
+    for (args, names) in [
+        (&["selftest", "--limit", "lots"][..], "--limit"),
+        (&["replay", CAP10, "--capacity", "ten"][..], "--capacity"),
+        (
+            &["replay", CAP10, "--alloc-conf", "expandable_segments:Maybe"][..],
+            "--alloc-conf",
+        ),
+        (&["replay", CAP10, "--remedy", "batch=3"][..], "--remedy"),
+        (&["replay", CAP10, "--timing", "slow"][..], "--timing"),
+        (&["replay"][..], "FILE"),
+    ] {
+        let out = runner(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(names), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn on_a_gpu_the_recorded_oom_is_replayed_at_its_entry() {
+    if !has_gpu() {
+        skipped(
+            "on_a_gpu_the_recorded_oom_is_replayed_at_its_entry: no CUDA driver here (run it on a GPU machine)",
+        );
+        return;
+    }
+    let out = runner(&[
+        "replay",
+        CAP10,
+        "--capacity",
+        "10GiB",
+        "--remedy",
+        "batch=0.5",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(v["oom"], true);
+    assert_eq!(v["oom_event_index"], 553);
+    assert_eq!(v["simulation"]["oom_event_index"], 553);
+    assert_eq!(v["stamp_errors"], 0);
+    assert!(v["blocks_stamped"].as_u64().unwrap_or(0) > 100, "{v}");
+    assert!(v["gpu"]["total_memory_bytes"].as_u64().unwrap_or(0) > 0);
+    let r = &v["remedies"][0];
+    assert_eq!(r["remedy"], "batch=0.5");
+    assert_eq!(r["fits"], !r["oom"].as_bool().unwrap_or(true));
+    assert_eq!(r["agrees_with_simulation"]["oom"], true, "{r}");
 }
 
 #[test]

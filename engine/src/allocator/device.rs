@@ -54,3 +54,34 @@ pub trait Device {
     /// `cudaMemGetInfo`'s free bytes, as the allocator reports them in an `oom` trace entry.
     fn free_memory(&mut self) -> Result<u64, Self::Error>;
 }
+
+/// A device lent to an allocator: the caller keeps it when the allocator is gone (a replay that
+/// fails still hands back its GPU).
+impl<D: Device + ?Sized> Device for &mut D {
+    type Error = D::Error;
+
+    fn total_memory(&self) -> u64 {
+        (**self).total_memory()
+    }
+    fn allocate(&mut self, size: u64) -> Result<Option<u64>, Self::Error> {
+        (**self).allocate(size)
+    }
+    fn free(&mut self, addr: u64, size: u64) -> Result<(), Self::Error> {
+        (**self).free(addr, size)
+    }
+    fn reserve(&mut self, size: u64) -> Result<u64, Self::Error> {
+        (**self).reserve(size)
+    }
+    fn release(&mut self, base: u64, size: u64) -> Result<(), Self::Error> {
+        (**self).release(base, size)
+    }
+    fn map(&mut self, addr: u64, size: u64, page_size: u64) -> Result<bool, Self::Error> {
+        (**self).map(addr, size, page_size)
+    }
+    fn unmap(&mut self, addr: u64, size: u64, page_size: u64) -> Result<(), Self::Error> {
+        (**self).unmap(addr, size, page_size)
+    }
+    fn free_memory(&mut self) -> Result<u64, Self::Error> {
+        (**self).free_memory()
+    }
+}

@@ -322,6 +322,60 @@ pub fn transformed_snapshot(snapshot: &Snapshot, spec: &str) -> Result<Snapshot,
     }
 }
 
+/// The trace a remedy is judged by, ready to replay elsewhere (on a GPU): the recorded one with
+/// the remedy's settings, or the transformed one; for a post-mortem snapshot, the step
+/// extrapolated past the OOM with the remedy applied — the trace whose replay under the capacity
+/// decides [`Prediction::fits`].
+#[derive(Debug, Clone)]
+pub struct RemedyTrace<'s> {
+    /// The trace (in a snapshot, as `_dump_snapshot` would write it before the replay).
+    pub snapshot: std::borrow::Cow<'s, Snapshot>,
+    /// CUDA device of the trace.
+    pub device: u32,
+    /// Allocator settings (`None`: the recorded ones).
+    pub config: Option<AllocatorConfig>,
+    /// Exact or a model.
+    pub method: Method,
+    /// Post-mortem: the trace is the extrapolated step.
+    pub extrapolated: bool,
+}
+
+/// The trace `spec` turns `snapshot` into (see [`RemedyTrace`]).
+pub fn remedy_trace<'s>(
+    snapshot: &'s Snapshot,
+    spec: &str,
+) -> Result<RemedyTrace<'s>, RemedyError> {
+    let (ctx, _) = prepare(snapshot, spec, false)?;
+    let method = if ctx.transformed {
+        Method::Transform
+    } else {
+        Method::Replay
+    };
+    let device = ctx.plan.device;
+    if ctx.plan.post_mortem {
+        let (ext, _) = prepare(snapshot, spec, true)?;
+        return Ok(RemedyTrace {
+            snapshot: std::borrow::Cow::Owned(ext.plan.to_snapshot(snapshot)),
+            device,
+            config: ext.config,
+            method,
+            extrapolated: true,
+        });
+    }
+    let trace = if ctx.transformed {
+        std::borrow::Cow::Owned(ctx.plan.to_snapshot(snapshot))
+    } else {
+        std::borrow::Cow::Borrowed(snapshot)
+    };
+    Ok(RemedyTrace {
+        snapshot: trace,
+        device,
+        config: ctx.config,
+        method,
+        extrapolated: false,
+    })
+}
+
 /// Evaluates one spec.
 fn evaluate(snapshot: &Snapshot, capacity: u64, spec: &str) -> Result<Prediction, RemedyError> {
     let (mut ctx, remedies) = prepare(snapshot, spec, false)?;

@@ -71,3 +71,28 @@ impl ReplayDevice for SimDevice {
         (s, r, self.divergence())
     }
 }
+
+/// A device lent to a replay (see [`crate::replay::replay_on`]).
+impl<D: ReplayDevice + ?Sized> ReplayDevice for &mut D {
+    fn fits(&self, bytes: u64) -> bool {
+        (**self).fits(bytes)
+    }
+    fn adopt_segment(&mut self, addr: u64, size: u64) -> Result<Option<u64>, Self::Error> {
+        (**self).adopt_segment(addr, size)
+    }
+    fn offer_oracle(&mut self, oracle: AddressOracle) {
+        (**self).offer_oracle(oracle);
+    }
+    fn oracle_report(&self) -> (usize, usize, Option<OracleDivergence>) {
+        (**self).oracle_report()
+    }
+    fn block_allocated(&mut self, addr: u64, size: u64) -> Result<(), Self::Error> {
+        (**self).block_allocated(addr, size)
+    }
+    fn block_freed(&mut self, addr: u64, size: u64) -> Result<(), Self::Error> {
+        (**self).block_freed(addr, size)
+    }
+    fn before_entry(&mut self, index: usize, entry: &TraceEntry) -> Result<(), Self::Error> {
+        (**self).before_entry(index, entry)
+    }
+}
