@@ -6,6 +6,9 @@
 //!   against the same allocator on the simulated device, step by step, with native and expandable
 //!   segments, every block stamped and checked by the kernels of `kernels/` (see
 //!   [`selftest`]). Exit 0 when they agree and no stamp was lost, 1 otherwise.
+//! - `oomlens-runner work --server URL --token TOKEN [--name NAME] [--device N] [--once]`: serves
+//!   the server's GPU replay queue (see [`work`]): registers with the GPU, leases the team's
+//!   replay jobs, heartbeats while one runs, posts the results.
 //!
 //! - `oomlens-runner replay FILE [--capacity SIZE] [--device-memory SIZE] [--alloc-conf STRING]
 //!   [--remedy SPEC]... [--timing flat|recorded] [--json]`: the snapshot's trace (and each
@@ -20,6 +23,7 @@ mod cuda;
 mod kernels;
 mod replay;
 mod selftest;
+mod work;
 
 use std::process::ExitCode;
 
@@ -68,6 +72,31 @@ enum Command {
     },
     /// Replay a snapshot's trace (and remedies) on the GPU, beside the simulation.
     Replay(ReplayArgs),
+    /// Serve an oomlens server's GPU replay queue: register, lease the team's replay jobs,
+    /// heartbeat while one runs, post the results.
+    Work {
+        /// The oomlens server's URL.
+        #[arg(long, env = "OOMLENS_SERVER")]
+        server: String,
+        /// A team API token (`oomlens admin create-token`).
+        #[arg(long, env = "OOMLENS_TOKEN", hide_env_values = true)]
+        token: String,
+        /// The runner's name in the team's runner list (default: HOST/gpuN).
+        #[arg(long)]
+        name: Option<String>,
+        /// GPU ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Take one job (waiting up to `--wait`), answer it and exit.
+        #[arg(long)]
+        once: bool,
+        /// Seconds one lease request waits for a job (at most 30 each); with `--once`, in all.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+        wait: u64,
+        /// Seconds to keep retrying when the server is unreachable or failing.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+        retry_secs: u64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -118,6 +147,8 @@ enum Failure {
     BadInput(String),
     #[error(transparent)]
     Replay(replay::RunError),
+    #[error(transparent)]
+    Work(#[from] work::WorkError),
 }
 
 impl From<replay::RunError> for Failure {
@@ -135,19 +166,14 @@ impl Failure {
         match self {
             Failure::Cuda(CudaError::NoDriver)
             | Failure::Kernel(KernelError::NoNvrtc | KernelError::Cuda(CudaError::NoDriver))
-            | Failure::BadInput(_) => 2,
+            | Failure::BadInput(_)
+            | Failure::Work(work::WorkError::Option(_)) => 2,
             _ => 1,
         }
     }
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -155,6 +181,18 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // `work` runs unattended: its jobs are logged by default.
+    let default_filter = match cli.command {
+        Command::Work { .. } => "warn,oomlens_runner=info",
+        _ => "warn",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run(cli.command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -276,6 +314,28 @@ fn run(command: Command) -> Result<u8, Failure> {
                 );
             }
             Ok(if ok { 0 } else { 1 })
+        }
+        Command::Work {
+            server,
+            token,
+            name,
+            device,
+            once,
+            wait,
+            retry_secs,
+        } => {
+            let opts = work::WorkOptions {
+                server,
+                token,
+                name: name.unwrap_or_else(|| format!("{}/gpu{device}", work::hostname())),
+                once,
+                wait: std::time::Duration::from_secs(wait),
+                retry_for: std::time::Duration::from_secs(retry_secs),
+            };
+            opts.check()?;
+            let mut exec = work::GpuExecutor::new(replay::Gpu::open(device)?);
+            work::work(&opts, &mut exec)?;
+            Ok(0)
         }
     }
 }

@@ -53,6 +53,53 @@ fn without_a_driver_it_says_so_in_one_line_and_exits_2() {
 }
 
 #[test]
+fn work_without_a_driver_says_so_in_one_line_and_exits_2() {
+    if has_gpu() {
+        skipped(
+            "work_without_a_driver_says_so_in_one_line_and_exits_2: this machine has a CUDA driver",
+        );
+        return;
+    }
+    // The GPU is opened before the server is contacted: nothing listens at this address.
+    let out = Command::new(env!("CARGO_BIN_EXE_oomlens-runner"))
+        .args([
+            "work",
+            "--server",
+            "http://127.0.0.1:9",
+            "--token",
+            "tok",
+            "--once",
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the runner runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no CUDA driver here"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn work_checks_its_options_first() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_oomlens-runner"))
+            .args(args)
+            .env_remove("OOMLENS_SERVER")
+            .env_remove("OOMLENS_TOKEN")
+            .output()
+            .expect("the runner runs")
+    };
+    let out = run(&["work", "--server", "localhost:8080", "--token", "tok"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--server localhost:8080"), "{err}");
+    let out = run(&["work", "--server", "http://127.0.0.1:9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--token"));
+}
+
+#[test]
 fn misuse_is_exit_2() {
     for (args, names) in [
         (&["selftest", "--limit", "lots"][..], "--limit"),

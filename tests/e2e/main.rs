@@ -6,5 +6,6 @@ mod cli_analyze;
 mod cli_replay;
 mod cli_upload;
 mod cli_whatif;
+mod runner_api;
 mod server_api;
 mod web_pages;

@@ -15,6 +15,8 @@ pub enum ApiError {
     Unauthorized,
     /// 404: no such object for this team (another team's object is also this).
     NotFound(String),
+    /// 409: the request conflicts with the object's state (a runner's lease was lost).
+    Conflict(String),
     /// 413: the upload is too large.
     TooLarge(String),
     /// 422: the content is not what it should be (the reader's error).
@@ -68,6 +70,7 @@ impl IntoResponse for ApiError {
                     .to_string(),
             ),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, m),
+            ApiError::Conflict(m) => (StatusCode::CONFLICT, m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m),
             ApiError::Unprocessable(m) => (StatusCode::UNPROCESSABLE_ENTITY, m),
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m),

@@ -9,6 +9,7 @@ pub mod openapi;
 mod ops;
 pub(crate) mod params;
 mod replays;
+mod runner;
 mod share_links;
 mod snapshots;
 mod upload;
@@ -55,6 +56,8 @@ pub struct Inner {
     pub scratch: PathBuf,
     /// The URL clients reach us at, if configured.
     pub public_url: Option<String>,
+    /// How long a GPU runner's lease on a job lasts without a heartbeat (`--lease-secs`).
+    pub lease: Duration,
     /// Bounds concurrent CPU-heavy work in requests (reading uploads, what-if replays).
     pub heavy: Semaphore,
     /// Prometheus exporter.
@@ -115,6 +118,15 @@ pub fn router(state: AppState, request_timeout: Duration, site: &crate::web::Sit
             axum::routing::delete(share_links::revoke),
         )
         .route("/replays/{id}", get(replays::get_one))
+        .route("/runner/register", post(runner::register))
+        .route("/runner/lease", post(runner::lease))
+        .route("/runner/jobs/{job_id}/snapshot", get(runner::snapshot))
+        .route("/runner/jobs/{job_id}/heartbeat", post(runner::heartbeat))
+        .route(
+            "/runner/jobs/{job_id}/result",
+            post(runner::result).layer(DefaultBodyLimit::max(runner::MAX_RESULT_BYTES + (1 << 20))),
+        )
+        .route("/runners", get(runner::list))
         .route(
             "/oom-logs",
             post(oom_logs::create)

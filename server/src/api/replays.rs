@@ -60,11 +60,17 @@ pub struct ReplayView {
     pub created_at: DateTime<Utc>,
     /// Answered at.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The GPU runner that last leased it (see `GET /api/v1/runners`).
+    pub runner_id: Option<Uuid>,
     /// This replay's URL.
     pub url: String,
 }
 
-fn view(state: &AppState, headers: &HeaderMap, r: ReplayRow) -> Result<ReplayView, ApiError> {
+pub(super) fn view(
+    state: &AppState,
+    headers: &HeaderMap,
+    r: ReplayRow,
+) -> Result<ReplayView, ApiError> {
     let result = r
         .result
         .map(RawValue::from_string)
@@ -83,6 +89,7 @@ fn view(state: &AppState, headers: &HeaderMap, r: ReplayRow) -> Result<ReplayVie
         error: r.error,
         created_at: r.created_at,
         finished_at: r.finished_at,
+        runner_id: r.runner_id,
     })
 }
 

@@ -134,7 +134,8 @@ pub struct ServeArgs {
     /// Analysis workers in this process (0: none, another server or process does the work).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// How long a job's lease lasts without a heartbeat before another worker may take it.
+    /// How long a job's lease lasts without a heartbeat before another worker may take it: the
+    /// analysis workers' and the GPU runners' (`oomlens-runner work` heartbeats every third of it).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub lease_secs: u64,
     /// Requests taking longer than this are answered 408.

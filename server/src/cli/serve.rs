@@ -88,6 +88,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         max_upload: args.max_upload,
         scratch,
         public_url: args.public_url.clone(),
+        lease: Duration::from_secs(args.lease_secs),
         heavy: Semaphore::new(heavy),
         metrics,
     });

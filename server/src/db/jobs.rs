@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -91,6 +92,90 @@ pub async fn lease(
     .bind(kind.as_str())
     .bind(worker)
     .bind(secs(lease))
+    .fetch_optional(pool)
+    .await
+}
+
+/// A job leased over HTTP, with the lease's end (what a runner is told).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Leased {
+    /// The job.
+    #[sqlx(flatten)]
+    pub job: Job,
+    /// When the lease runs out without a heartbeat.
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+/// [`lease`] restricted to one team's jobs (GPU runners lease their own team's replays only),
+/// inside the caller's transaction so that the subject's row changes with the lease.
+pub async fn lease_for_team(
+    conn: &mut PgConnection,
+    kind: Kind,
+    team_id: i64,
+    worker: &str,
+    lease: Duration,
+) -> sqlx::Result<Option<Leased>> {
+    sqlx::query_as(
+        "UPDATE jobs SET state = 'running', leased_by = $3,
+                lease_expires_at = now() + make_interval(secs => $4),
+                attempts = attempts + 1, updated_at = now()
+         WHERE id = (
+             SELECT id FROM jobs
+             WHERE kind = $1 AND team_id = $2 AND attempts < max_attempts
+               AND ((state = 'queued' AND run_after <= now())
+                    OR (state = 'running' AND lease_expires_at < now()))
+             ORDER BY run_after, id
+             FOR UPDATE SKIP LOCKED
+             LIMIT 1)
+         RETURNING id, kind, team_id, subject_id, attempts, max_attempts, lease_expires_at",
+    )
+    .bind(kind.as_str())
+    .bind(team_id)
+    .bind(worker)
+    .bind(secs(lease))
+    .fetch_optional(conn)
+    .await
+}
+
+/// [`heartbeat`] that answers the new end of the lease; `None` when the lease was lost.
+pub async fn renew(
+    pool: &PgPool,
+    id: i64,
+    worker: &str,
+    lease: Duration,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar(
+        "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+         WHERE id = $1 AND leased_by = $2 AND state = 'running'
+         RETURNING lease_expires_at",
+    )
+    .bind(id)
+    .bind(worker)
+    .bind(secs(lease))
+    .fetch_optional(pool)
+    .await
+}
+
+/// Who holds a job now.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Holder {
+    /// `analyze` or `gpu_replay`.
+    pub kind: String,
+    /// The snapshot or the replay.
+    pub subject_id: Uuid,
+    /// `queued`, `running`, `done`, `failed`.
+    pub state: String,
+    /// The worker holding the lease (running jobs only).
+    pub leased_by: Option<String>,
+}
+
+/// Team `team_id`'s job `id`: its kind, subject and holder; `None` for another team's job.
+pub async fn holder(pool: &PgPool, team_id: i64, id: i64) -> sqlx::Result<Option<Holder>> {
+    sqlx::query_as(
+        "SELECT kind, subject_id, state, leased_by FROM jobs WHERE id = $1 AND team_id = $2",
+    )
+    .bind(id)
+    .bind(team_id)
     .fetch_optional(pool)
     .await
 }

@@ -9,6 +9,7 @@ mod connect;
 pub mod jobs;
 pub mod oom_logs;
 pub mod replays;
+pub mod runners;
 pub mod share_links;
 pub mod snapshots;
 pub mod tokens;

@@ -2,7 +2,7 @@
 //! `gpu_replay` job in the queue, which runners lease over HTTP.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::jobs::{self, Kind};
@@ -32,10 +32,12 @@ pub struct ReplayRow {
     pub created_at: DateTime<Utc>,
     /// Answered at.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The runner that last leased it.
+    pub runner_id: Option<Uuid>,
 }
 
 const COLUMNS: &str = "id, snapshot_id, capacity_bytes, device_memory_bytes, alloc_conf, remedies, \
-     status, result::text AS result, error, created_at, finished_at";
+     status, result::text AS result, error, created_at, finished_at, runner_id";
 
 /// A replay request.
 #[derive(Debug, Clone)]
@@ -88,6 +90,91 @@ pub async fn get(pool: &PgPool, team_id: i64, id: Uuid) -> sqlx::Result<Option<R
     )))
     .bind(team_id)
     .bind(id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// What a runner is told about the replay it leased.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LeasedReplay {
+    /// The replay.
+    pub id: Uuid,
+    /// The snapshot replayed.
+    pub snapshot_id: Uuid,
+    /// The snapshot's name.
+    pub snapshot_name: String,
+    /// The snapshot's uploaded size.
+    pub snapshot_size_bytes: i64,
+    /// Per-process limit.
+    pub capacity_bytes: i64,
+    /// Emulated card size.
+    pub device_memory_bytes: Option<i64>,
+    /// Allocator settings.
+    pub alloc_conf: Option<String>,
+    /// Remedies.
+    pub remedies: Vec<String>,
+}
+
+/// Marks replay `id` running on `runner` (inside the lease's transaction); `None` when the replay
+/// (or its snapshot) is gone or already answered.
+pub async fn start(
+    conn: &mut PgConnection,
+    id: Uuid,
+    runner: Uuid,
+) -> sqlx::Result<Option<LeasedReplay>> {
+    sqlx::query_as(
+        "WITH r AS (
+             UPDATE replays SET status = 'running', runner_id = $2
+             WHERE id = $1 AND status IN ('queued', 'running')
+             RETURNING id, snapshot_id, capacity_bytes, device_memory_bytes, alloc_conf, remedies)
+         SELECT r.id, r.snapshot_id, s.name AS snapshot_name, s.size_bytes AS snapshot_size_bytes,
+                r.capacity_bytes, r.device_memory_bytes, r.alloc_conf, r.remedies
+         FROM r JOIN snapshots s ON s.id = r.snapshot_id",
+    )
+    .bind(id)
+    .bind(runner)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Stores a runner's answer (inside the transaction that completes or fails the job): `result`
+/// (JSON text) makes it `done`, `error` makes it `failed`.
+pub async fn finish(
+    conn: &mut PgConnection,
+    id: Uuid,
+    result: Option<&str>,
+    error: Option<&str>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE replays SET status = CASE WHEN $2::text IS NULL THEN 'failed' ELSE 'done' END,
+                result = $2::json, error = $3, finished_at = now()
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(result)
+    .bind(error)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks replay `id` failed with `error` (its job failed for good).
+pub async fn mark_failed(conn: &mut PgConnection, id: Uuid, error: &str) -> sqlx::Result<()> {
+    finish(conn, id, None, Some(error)).await
+}
+
+/// Where team `team_id`'s replay `id` has its snapshot's bytes: the blob key and size.
+pub async fn snapshot_blob(
+    pool: &PgPool,
+    team_id: i64,
+    id: Uuid,
+) -> sqlx::Result<Option<(String, i64)>> {
+    sqlx::query_as(
+        "SELECT s.blob_key, s.size_bytes FROM replays r JOIN snapshots s ON s.id = r.snapshot_id
+         WHERE r.id = $1 AND r.team_id = $2",
+    )
+    .bind(id)
+    .bind(team_id)
     .fetch_optional(pool)
     .await
 }

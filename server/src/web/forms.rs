@@ -194,6 +194,7 @@ fn message_of(e: &ApiError) -> String {
     match e {
         ApiError::BadRequest(m)
         | ApiError::NotFound(m)
+        | ApiError::Conflict(m)
         | ApiError::TooLarge(m)
         | ApiError::Unprocessable(m)
         | ApiError::Unavailable(m)
