@@ -21,7 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 runner, snapshot, capacity = sys.argv[1], sys.argv[2], int(sys.argv[3])
 remedies = sys.argv[4:]
 data = open(snapshot, "rb").read()
-seen = {"register": None, "leases": 0, "downloads": 0, "heartbeats": 0, "result": None, "auth": set()}
+seen = {"register": None, "leases": 0, "downloads": 0, "heartbeats": 0, "result": None, "trace": None,
+        "auth": set()}
 RUNNER_ID = "00000000-0000-4000-8000-000000000001"
 
 
@@ -68,6 +69,14 @@ class Api(BaseHTTPRequestHandler):
             return self.answer(200, {})
         self.answer(404, {"error": f"no {self.path}"})
 
+    def do_PUT(self):
+        seen["auth"].add(self.headers.get("Authorization"))
+        if self.path.startswith("/api/v1/runner/jobs/1/trace"):
+            n = int(self.headers.get("Content-Length", 0))
+            seen["trace"] = self.rfile.read(n)
+            return self.answer(204)
+        self.answer(404, {"error": f"no {self.path}"})
+
     def do_GET(self):
         seen["auth"].add(self.headers.get("Authorization"))
         if self.path.startswith("/api/v1/runner/jobs/1/snapshot"):
@@ -108,4 +117,19 @@ if res:
         check(f"{key}: {res.get(key)} as `replay --json` ({want.get(key)})", res.get(key) == want.get(key))
     for a, b in zip(res.get("remedies", []), want.get("remedies", [])):
         check(f"remedy {a['remedy']}: fits {a['fits']} as `replay --json` ({b['fits']})", a["fits"] == b["fits"])
+trace = seen["trace"] or b""
+plain = b""
+if trace[:2] == b"\x1f\x8b":
+    import gzip
+    plain = gzip.decompress(trace)
+check(f"the GPU replay's trace uploaded before the result: {len(trace)} bytes gzip, {len(plain)} unpacked, "
+      f"a protocol-4 pickle", plain[:2] == b"\x80\x04")
+if plain:
+    import pickle
+    # Our own runner's output, read with Python's pickle to show memory_viz can load it.
+    snap = pickle.loads(plain)
+    entries = snap["device_traces"][0] if snap.get("device_traces") else []
+    allocs = sum(1 for e in entries if e["action"] == "alloc")
+    check(f"the trace reads with Python's pickle: {len(snap.get('segments', []))} segments, {len(entries)} trace "
+          f"entries, {allocs} allocs", len(entries) > 0)
 sys.exit(1 if fails else 0)

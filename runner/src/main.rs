@@ -125,6 +125,10 @@ struct ReplayArgs {
     /// CUDA device of the trace in the snapshot.
     #[arg(long, default_value_t = 0)]
     trace_device: u32,
+    /// Also write the trace's replay on the GPU as a snapshot (memory_viz; gzip when OUT ends in
+    /// `.gz`): the blocks at the addresses the GPU gave them.
+    #[arg(long, value_name = "OUT")]
+    export_snapshot: Option<std::path::PathBuf>,
     /// JSON output.
     #[arg(long)]
     json: bool,
@@ -373,8 +377,22 @@ fn replay_command(args: &ReplayArgs) -> Result<u8, Failure> {
             alloc_conf,
             remedies: args.remedies.clone(),
             timing: args.timing,
+            export_trace: args.export_snapshot.is_some(),
         },
     )?;
+    if let (Some(path), Some(trace)) = (&args.export_snapshot, &out.trace) {
+        let gz = path.extension().is_some_and(|e| e == "gz");
+        let bytes = if gz {
+            trace.clone()
+        } else {
+            let mut plain = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&trace[..]), &mut plain)
+                .map_err(|e| Failure::BadInput(format!("--export-snapshot: {e}")))?;
+            plain
+        };
+        std::fs::write(path, bytes)
+            .map_err(|e| Failure::BadInput(format!("--export-snapshot {}: {e}", path.display())))?;
+    }
     if args.json {
         let text = serde_json::to_string_pretty(&out)
             .map_err(|e| Failure::BadInput(format!("JSON: {e}")))?;

@@ -18,7 +18,7 @@ use oomlens_engine::allocator::{AllocatorConfig, Device};
 use oomlens_engine::remedies::{Method, remedy_trace};
 use oomlens_engine::replay::{ReplayDevice, ReplayOptions, replay, replay_on};
 use oomlens_engine::report::ReplayReport;
-use oomlens_engine::snapshot::{Snapshot, TraceEntry};
+use oomlens_engine::snapshot::{Snapshot, TraceEntry, WriteOptions, write_snapshot};
 use serde::Serialize;
 
 use crate::cuda::{CallStats, CudaDevice, DeviceInfo, Emulation};
@@ -56,6 +56,8 @@ pub struct Options {
     pub remedies: Vec<String>,
     /// Pacing.
     pub timing: Timing,
+    /// Also keep the GPU replay of the trace as a memory_viz snapshot ([`Output::trace`]).
+    pub export_trace: bool,
 }
 
 /// Why a replay did not run.
@@ -160,6 +162,10 @@ pub struct Output {
     pub runner_version: &'static str,
     /// Each `--remedy`.
     pub remedies: Vec<RemedyRun>,
+    /// With [`Options::export_trace`]: the trace's replay on the GPU as `_dump_snapshot` would
+    /// write it (gzip pickle; the blocks at the addresses the GPU gave them).
+    #[serde(skip)]
+    pub trace: Option<Vec<u8>>,
 }
 
 impl Output {
@@ -236,7 +242,8 @@ impl Gpu {
             capacity: opts.capacity,
             ..quiet()
         };
-        let baseline = self.one(snapshot, name, &base_opts, opts.timing)?;
+        let (baseline, trace) =
+            self.one(snapshot, name, &base_opts, opts.timing, opts.export_trace)?;
         let mut remedies = Vec::with_capacity(opts.remedies.len());
         for spec in &opts.remedies {
             let t = remedy_trace(snapshot, spec)
@@ -247,7 +254,7 @@ impl Gpu {
                 capacity: opts.capacity,
                 ..quiet()
             };
-            let run = self.one(&t.snapshot, name, &o, opts.timing)?;
+            let (run, _) = self.one(&t.snapshot, name, &o, opts.timing, false)?;
             remedies.push(RemedyRun {
                 remedy: spec.clone(),
                 method: t.method,
@@ -268,17 +275,20 @@ impl Gpu {
             nvrtc_compile_ms: self.kernels.compile_ms,
             runner_version: env!("CARGO_PKG_VERSION"),
             remedies,
+            trace,
         })
     }
 
-    /// One trace on the GPU, and in the simulation.
+    /// One trace on the GPU, and in the simulation; with `export`, the GPU's replay as a
+    /// snapshot file too.
     fn one(
         &mut self,
         snapshot: &Snapshot,
         name: &str,
         options: &ReplayOptions,
         timing: Timing,
-    ) -> Result<GpuRun, RunError> {
+        export: bool,
+    ) -> Result<(GpuRun, Option<Vec<u8>>), RunError> {
         let t = Instant::now();
         let sim = replay(
             snapshot,
@@ -317,6 +327,7 @@ impl Gpu {
             snapshot,
             &ReplayOptions {
                 use_oracle: false,
+                record_events: export,
                 ..options.clone()
             },
             &mut gpu,
@@ -337,6 +348,21 @@ impl Gpu {
         // Stamps of the blocks still live are not checked: they were never freed.
         let errors = self.kernels.errors()?.saturating_sub(errors_before);
         let wall_ms = ms(t);
+        let trace = if export {
+            let mut buf = Vec::new();
+            write_snapshot(
+                &r.to_snapshot(snapshot),
+                &mut buf,
+                &WriteOptions {
+                    gzip: Some(6),
+                    ..WriteOptions::default()
+                },
+            )
+            .map_err(|e| RunError::Replay(format!("{name}: writing the replay's trace: {e}")))?;
+            Some(buf)
+        } else {
+            None
+        };
         let report = ReplayReport::new(&r, Some(name));
         let agrees_with_simulation = Agreement {
             oom: r.oom == sim.oom,
@@ -344,7 +370,7 @@ impl Gpu {
             peak_allocated: r.peak_allocated_bytes == sim.peak_allocated_bytes,
             peak_reserved: r.peak_reserved_bytes == sim.peak_reserved_bytes,
         };
-        Ok(GpuRun {
+        let run = GpuRun {
             report,
             wall_ms,
             recorded_span_ms: recorded_span_ms(snapshot, options.device),
@@ -354,7 +380,8 @@ impl Gpu {
             spun_ms: spun_ns as f64 / 1e6,
             simulation,
             agrees_with_simulation,
-        })
+        };
+        Ok((run, trace))
     }
 
     fn total_memory(&self) -> u64 {

@@ -38,9 +38,19 @@ pub struct JobSpec {
 pub trait Executor {
     /// The device, as registered (JSON object).
     fn device(&self) -> Value;
-    /// Replays `snapshot` (the uploaded file's bytes) as `job` asks; Ok = the result JSON, Err =
-    /// why it could not be replayed (posted as the job's error).
-    fn run(&mut self, snapshot: &[u8], name: &str, job: &JobSpec) -> Result<Value, String>;
+    /// Replays `snapshot` (the uploaded file's bytes) as `job` asks; Ok = the result JSON and,
+    /// if the executor made one, the replay's trace as a snapshot file; Err = why it could not
+    /// be replayed (posted as the job's error).
+    fn run(&mut self, snapshot: &[u8], name: &str, job: &JobSpec) -> Result<Ran, String>;
+}
+
+/// What a job's run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ran {
+    /// The result JSON (`oomlens-runner replay --json`'s).
+    pub result: Value,
+    /// The replay on the GPU as a memory_viz snapshot (gzip pickle), uploaded before the result.
+    pub trace: Option<Vec<u8>>,
 }
 
 /// The GPU executor of `oomlens-runner work`: [`Gpu::run`], the same replay as
@@ -64,7 +74,7 @@ impl Executor for GpuExecutor {
             .unwrap_or_else(|| json!({}))
     }
 
-    fn run(&mut self, snapshot: &[u8], name: &str, job: &JobSpec) -> Result<Value, String> {
+    fn run(&mut self, snapshot: &[u8], name: &str, job: &JobSpec) -> Result<Ran, String> {
         let s = oomlens_engine::snapshot::read_snapshot_bytes(
             snapshot,
             &oomlens_engine::snapshot::ReadOptions::default(),
@@ -95,10 +105,15 @@ impl Executor for GpuExecutor {
                     alloc_conf,
                     remedies: job.remedies.clone(),
                     timing: Timing::Flat,
+                    export_trace: true,
                 },
             )
             .map_err(|e| e.to_string())?;
-        serde_json::to_value(&out).map_err(|e| format!("result JSON: {e}"))
+        let result = serde_json::to_value(&out).map_err(|e| format!("result JSON: {e}"))?;
+        Ok(Ran {
+            result,
+            trace: out.trace,
+        })
     }
 }
 
@@ -498,7 +513,43 @@ fn run_job(
         );
         return Ok(Done::LeaseLost);
     }
+    let answer = answer.map(|ran| {
+        if let Some(trace) = &ran.trace {
+            upload_trace(api, reg, job, trace);
+        }
+        ran.result
+    });
     post_answer(api, reg, job, answer)
+}
+
+/// Uploads the GPU replay's trace (`PUT /api/v1/runner/jobs/{id}/trace`). A failure is logged,
+/// not fatal: the result matters more than its download.
+fn upload_trace(api: &Api, reg: &Registered, job: &Leased, trace: &[u8]) {
+    let url = api.url(&format!(
+        "/api/v1/runner/jobs/{}/trace?runner_id={}",
+        job.job_id, reg.runner_id
+    ));
+    let sent = api
+        .agent
+        .put(&url)
+        .header("authorization", &api.auth)
+        .content_type("application/octet-stream")
+        .send(trace);
+    match sent {
+        Ok(r) if r.status().as_u16() == 204 => {
+            tracing::info!(job = job.job_id, bytes = trace.len(), "trace uploaded");
+        }
+        Ok(r) => tracing::warn!(
+            job = job.job_id,
+            status = r.status().as_u16(),
+            "the server did not take the trace; the result is posted without it"
+        ),
+        Err(e) => tracing::warn!(
+            job = job.job_id,
+            error = %e,
+            "the trace could not be uploaded; the result is posted without it"
+        ),
+    }
 }
 
 /// The snapshot's bytes and the executor's answer; `None` when the lease was lost before the run.
@@ -506,7 +557,7 @@ fn download_and_run(
     api: &Api,
     job: &Leased,
     exec: &mut dyn Executor,
-) -> Result<Option<Result<Value, String>>, WorkError> {
+) -> Result<Option<Result<Ran, String>>, WorkError> {
     let what = format!("job {}: download", job.job_id);
     let a = api.call(&what, &job.snapshot_url, None, u64::MAX)?;
     match a.status {
@@ -760,7 +811,7 @@ mod tests {
     /// An executor that takes `sleep` and answers `answer`, remembering what it was given.
     struct FakeExec {
         sleep: Duration,
-        answer: Result<Value, String>,
+        answer: Result<Ran, String>,
         ran: Vec<(Vec<u8>, String, JobSpec)>,
     }
 
@@ -768,7 +819,7 @@ mod tests {
         fn device(&self) -> Value {
             json!({"name": "Fake GPU", "total_memory_bytes": 1u64 << 30})
         }
-        fn run(&mut self, snapshot: &[u8], name: &str, job: &JobSpec) -> Result<Value, String> {
+        fn run(&mut self, snapshot: &[u8], name: &str, job: &JobSpec) -> Result<Ran, String> {
             self.ran
                 .push((snapshot.to_vec(), name.to_string(), job.clone()));
             std::thread::sleep(self.sleep);
@@ -779,7 +830,10 @@ mod tests {
     fn exec(sleep_ms: u64, answer: Result<Value, String>) -> FakeExec {
         FakeExec {
             sleep: Duration::from_millis(sleep_ms),
-            answer,
+            answer: answer.map(|result| Ran {
+                result,
+                trace: None,
+            }),
             ran: Vec::new(),
         }
     }

@@ -128,6 +128,10 @@ fn on_a_gpu_the_recorded_oom_is_replayed_at_its_entry() {
         );
         return;
     }
+    let dir = std::env::temp_dir().join(format!("oomlens-runner-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let export = dir.join("gpu-replay.pickle.gz");
+    let export_arg = export.to_string_lossy().to_string();
     let out = runner(&[
         "replay",
         CAP10,
@@ -135,8 +139,13 @@ fn on_a_gpu_the_recorded_oom_is_replayed_at_its_entry() {
         "10GiB",
         "--remedy",
         "batch=0.5",
+        "--export-snapshot",
+        &export_arg,
         "--json",
     ]);
+    let trace = std::fs::read(&export).expect("the exported trace");
+    assert_eq!(&trace[..2], &[0x1f, 0x8b], "gzip");
+    let _ = std::fs::remove_dir_all(&dir);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(out.status.code(), Some(0), "{v}");
     assert_eq!(v["oom"], true);

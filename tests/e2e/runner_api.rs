@@ -502,3 +502,89 @@ fn runner_endpoints_need_a_token_keep_to_the_team_and_name_bad_fields() {
     assert_eq!(v["status"], "done");
     assert_eq!(v["result"], json!({"ok": true}));
 }
+
+fn put_trace(s: &TestServer, token: &str, job: i64, runner: &str, body: Vec<u8>) -> StatusCode {
+    let mut req = client()
+        .put(s.url(&format!(
+            "/api/v1/runner/jobs/{job}/trace?runner_id={runner}"
+        )))
+        .header("content-type", "application/octet-stream")
+        .body(body);
+    if !token.is_empty() {
+        req = req.bearer_auth(token);
+    }
+    req.send().expect("PUT").status()
+}
+
+/// The runner uploads its replay's trace (a snapshot file) before the result: only the lease's
+/// holder, only a snapshot; the team downloads it as it was sent, another team gets a 404.
+#[test]
+fn a_replays_trace_is_uploaded_by_its_runner_and_downloaded_by_the_team() {
+    let s = TestServer::start(&["--lease-secs", "30"]);
+    let a = s.token(&unique("team-ta"));
+    let b = s.token(&unique("team-tb"));
+    let snapshot = upload(&s, &a);
+    let replay = queue_replay(&s, &a, &snapshot);
+    let runner = register(&s, &a, "gpu-box");
+    let other = register(&s, &a, "idle-box");
+    let (code, leased) = lease(&s, &a, &runner, 5);
+    assert_eq!(code, StatusCode::OK, "{leased}");
+    let job = leased["job_id"].as_i64().expect("job_id");
+    let trace = bytes(SNAP);
+
+    // Before the upload: no trace.
+    let v = get_json(&s, &a, &format!("/api/v1/replays/{replay}"));
+    assert!(v["trace_url"].is_null(), "{v}");
+    let (code, _) = get(&s, &a, &format!("/api/v1/replays/{replay}/trace"));
+    assert_eq!(code, StatusCode::NOT_FOUND);
+
+    // Not the holder, another team, no token, not a snapshot: refused, nothing stored.
+    assert_eq!(
+        put_trace(&s, &a, job, &other, trace.clone()),
+        StatusCode::CONFLICT
+    );
+    let runner_b = register(&s, &b, "b-box");
+    assert_eq!(
+        put_trace(&s, &b, job, &runner_b, trace.clone()),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        put_trace(&s, "", job, &runner, trace.clone()),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        put_trace(&s, &a, job, &runner, b"not a snapshot at all".to_vec()),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        put_trace(&s, &a, job, &runner, Vec::new()),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let v = get_json(&s, &a, &format!("/api/v1/replays/{replay}"));
+    assert!(v["trace_url"].is_null(), "{v}");
+
+    // The holder's upload is stored; the result follows; the team downloads the very bytes.
+    assert_eq!(
+        put_trace(&s, &a, job, &runner, trace.clone()),
+        StatusCode::NO_CONTENT
+    );
+    let (code, v) = answer(
+        &s,
+        &a,
+        job,
+        &json!({"runner_id": runner, "result": {"oom": true}}),
+    );
+    assert_eq!(code, StatusCode::OK, "{v}");
+    let url = v["trace_url"].as_str().expect("trace_url").to_string();
+    assert!(
+        url.ends_with(&format!("/api/v1/replays/{replay}/trace")),
+        "{url}"
+    );
+    let (code, got) = get(&s, &a, &format!("/api/v1/replays/{replay}/trace"));
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(got, trace);
+    let (code, _) = get(&s, &b, &format!("/api/v1/replays/{replay}/trace"));
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let (code, _) = get(&s, "", &format!("/api/v1/replays/{replay}/trace"));
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+}

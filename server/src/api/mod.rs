@@ -22,7 +22,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderMap;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
@@ -118,10 +118,15 @@ pub fn router(state: AppState, request_timeout: Duration, site: &crate::web::Sit
             axum::routing::delete(share_links::revoke),
         )
         .route("/replays/{id}", get(replays::get_one))
+        .route("/replays/{id}/trace", get(replays::trace))
         .route("/runner/register", post(runner::register))
         .route("/runner/lease", post(runner::lease))
         .route("/runner/jobs/{job_id}/snapshot", get(runner::snapshot))
         .route("/runner/jobs/{job_id}/heartbeat", post(runner::heartbeat))
+        .route(
+            "/runner/jobs/{job_id}/trace",
+            put(runner::trace).layer(DefaultBodyLimit::max(max_upload.saturating_add(1 << 20))),
+        )
         .route(
             "/runner/jobs/{job_id}/result",
             post(runner::result).layer(DefaultBodyLimit::max(runner::MAX_RESULT_BYTES + (1 << 20))),

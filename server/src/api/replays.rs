@@ -62,6 +62,9 @@ pub struct ReplayView {
     pub finished_at: Option<DateTime<Utc>>,
     /// The GPU runner that last leased it (see `GET /api/v1/runners`).
     pub runner_id: Option<Uuid>,
+    /// The replay's trace on the GPU as a memory_viz snapshot (gzip pickle), once the runner
+    /// uploaded it.
+    pub trace_url: Option<String>,
     /// This replay's URL.
     pub url: String,
 }
@@ -78,6 +81,9 @@ pub(super) fn view(
         .map_err(|e| ApiError::internal("stored replay result is not JSON", &e))?;
     Ok(ReplayView {
         url: state.url(headers, &format!("/api/v1/replays/{}", r.id)),
+        trace_url: r
+            .has_trace
+            .then(|| state.url(headers, &format!("/api/v1/replays/{}/trace", r.id))),
         id: r.id,
         snapshot_id: r.snapshot_id,
         capacity_bytes: r.capacity_bytes,
@@ -185,4 +191,73 @@ pub async fn get_one(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no replay {id}")))?;
     Ok(Json(view(&state, &headers, row)?))
+}
+
+/// A GPU replay's trace.
+///
+/// The replay on the GPU as `_dump_snapshot` would have written it (gzip pickle; the blocks at the
+/// addresses the GPU gave them), for memory_viz. 404 until the runner uploaded it.
+#[utoipa::path(
+    get,
+    path = "/api/v1/replays/{id}/trace",
+    tag = "replays",
+    params(("id" = String, Path, description = "Replay id")),
+    responses(
+        (status = 200, description = "The trace", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 401, description = "No valid token", body = super::error::ErrorBody),
+        (status = 404, description = "No such replay in your team, or no trace yet", body = super::error::ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn trace(
+    State(state): State<AppState>,
+    Caller(team): Caller,
+    Path(id): Path<String>,
+) -> Result<axum::response::Response, ApiError> {
+    let id = parse_id("replay", &id)?;
+    let (key, _) = replays::trace_blob(&state.get().pool, team.id, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("replay {id} has no trace")))?;
+    stream_blob(&state, &key, &format!("replay-{id}.pickle.gz")).await
+}
+
+/// A stored blob as a download named `filename`.
+pub(super) async fn stream_blob(
+    state: &AppState,
+    key: &str,
+    filename: &str,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse as _;
+    let blob = state
+        .get()
+        .blobs
+        .local_copy(key, &state.get().scratch)
+        .await?;
+    let file = tokio::fs::File::open(blob.path())
+        .await
+        .map_err(|e| ApiError::internal("opening a stored file", &e))?;
+    let len = file
+        .metadata()
+        .await
+        .map_err(|e| ApiError::internal("reading a stored file's size", &e))?
+        .len();
+    // A temporary download is deleted now; the open file stays readable while it is streamed.
+    drop(blob);
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
+    let mut resp = axum::body::Body::from_stream(stream).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(
+        axum::http::header::CONTENT_LENGTH,
+        axum::http::HeaderValue::from(len),
+    );
+    if let Ok(v) =
+        axum::http::HeaderValue::from_str(&format!("attachment; filename=\"{filename}\""))
+    {
+        h.insert(axum::http::header::CONTENT_DISPOSITION, v);
+    }
+    Ok(resp)
 }

@@ -27,7 +27,7 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::params::ApiQuery;
 use super::replays::{ReplayView, view};
-use super::upload::check_text;
+use super::upload::{Spool, check_snapshot, check_text};
 use super::{ApiError, AppState};
 use crate::db::jobs::{self, Holder, Kind, Leased, Outcome};
 use crate::db::replays::{self, LeasedReplay};
@@ -495,6 +495,50 @@ pub async fn snapshot(
     );
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(resp)
+}
+
+/// Upload a job's trace.
+///
+/// The replay on the GPU as a snapshot file (what `oomlens-runner replay --export-snapshot`
+/// writes), before the result: it must read as a snapshot (422 otherwise). Only from the runner
+/// holding the lease; stored in the blob store, offered at `GET /api/v1/replays/{id}/trace`.
+#[utoipa::path(
+    put,
+    path = "/api/v1/runner/jobs/{job_id}/trace",
+    tag = "runner",
+    params(("job_id" = i64, Path, description = "Job id"), RunnerRef),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses(
+        (status = 204, description = "Stored"),
+        (status = 400, description = "Malformed query", body = super::error::ErrorBody),
+        (status = 401, description = "No valid token", body = super::error::ErrorBody),
+        (status = 404, description = "No such job or runner in your team", body = super::error::ErrorBody),
+        (status = 409, description = "This runner does not hold the job's lease", body = super::error::ErrorBody),
+        (status = 413, description = "Larger than the upload limit", body = super::error::ErrorBody),
+        (status = 422, description = "Not a snapshot", body = super::error::ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn trace(
+    State(state): State<AppState>,
+    Caller(team): Caller,
+    Path(job_id): Path<String>,
+    ApiQuery(q): ApiQuery<RunnerRef>,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let (id, holder) = held_job(&state, &team, &job_id, q.runner_id).await?;
+    let mut spool = Spool::new(&state)?;
+    spool.write(body.into_data_stream()).await?;
+    let (path, sha256, size) = spool.finish().await?;
+    if size == 0 {
+        return Err(ApiError::Unprocessable("trace: the body is empty".into()));
+    }
+    check_snapshot(&state, "trace", &path).await?;
+    let key = crate::blob::key_for(&sha256);
+    state.get().blobs.put_file(&key, path).await?;
+    replays::set_trace(&state.get().pool, holder.subject_id, &key, size).await?;
+    tracing::info!(job = id, replay = %holder.subject_id, bytes = size, "replay trace stored");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Renew a job's lease.

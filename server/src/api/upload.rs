@@ -58,8 +58,8 @@ pub struct Created {
     pub created: bool,
 }
 
-/// An upload being written to disk.
-struct Spool {
+/// An upload being written to disk (a snapshot, or a GPU replay's trace).
+pub(super) struct Spool {
     file: tokio::fs::File,
     path: TempPath,
     hasher: Sha256,
@@ -68,7 +68,7 @@ struct Spool {
 }
 
 impl Spool {
-    fn new(state: &AppState) -> Result<Spool, ApiError> {
+    pub(super) fn new(state: &AppState) -> Result<Spool, ApiError> {
         let tmp = tempfile::Builder::new()
             .prefix("upload-")
             .tempfile_in(&state.get().scratch)
@@ -83,7 +83,7 @@ impl Spool {
         })
     }
 
-    async fn write<S, E>(&mut self, mut body: S) -> Result<(), ApiError>
+    pub(super) async fn write<S, E>(&mut self, mut body: S) -> Result<(), ApiError>
     where
         S: Stream<Item = Result<bytes::Bytes, E>> + Unpin,
         E: std::fmt::Display,
@@ -103,7 +103,7 @@ impl Spool {
         Ok(())
     }
 
-    async fn finish(mut self) -> Result<(TempPath, [u8; 32], u64), ApiError> {
+    pub(super) async fn finish(mut self) -> Result<(TempPath, [u8; 32], u64), ApiError> {
         self.file
             .flush()
             .await
@@ -483,7 +483,11 @@ fn answer(
 
 /// Reads the spooled file with the snapshot reader (off the async threads, a few at a time);
 /// its error is the answer's.
-async fn check_snapshot(state: &AppState, name: &str, path: &TempPath) -> Result<(), ApiError> {
+pub(super) async fn check_snapshot(
+    state: &AppState,
+    name: &str,
+    path: &TempPath,
+) -> Result<(), ApiError> {
     let _permit = state
         .get()
         .heavy

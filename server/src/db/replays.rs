@@ -34,10 +34,13 @@ pub struct ReplayRow {
     pub finished_at: Option<DateTime<Utc>>,
     /// The runner that last leased it.
     pub runner_id: Option<Uuid>,
+    /// The runner uploaded the replay's trace.
+    pub has_trace: bool,
 }
 
 const COLUMNS: &str = "id, snapshot_id, capacity_bytes, device_memory_bytes, alloc_conf, remedies, \
-     status, result::text AS result, error, created_at, finished_at, runner_id";
+     status, result::text AS result, error, created_at, finished_at, runner_id, \
+     trace_blob_key IS NOT NULL AS has_trace";
 
 /// A replay request.
 #[derive(Debug, Clone)]
@@ -172,6 +175,33 @@ pub async fn snapshot_blob(
     sqlx::query_as(
         "SELECT s.blob_key, s.size_bytes FROM replays r JOIN snapshots s ON s.id = r.snapshot_id
          WHERE r.id = $1 AND r.team_id = $2",
+    )
+    .bind(id)
+    .bind(team_id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Records the trace the runner uploaded for replay `id` (its blob key and size).
+pub async fn set_trace(pool: &PgPool, id: Uuid, key: &str, size: u64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE replays SET trace_blob_key = $2, trace_size_bytes = $3 WHERE id = $1")
+        .bind(id)
+        .bind(key)
+        .bind(i64_of(size))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The blob key and size of the team's replay `id`'s trace, if it has one.
+pub async fn trace_blob(
+    pool: &PgPool,
+    team_id: i64,
+    id: Uuid,
+) -> sqlx::Result<Option<(String, i64)>> {
+    sqlx::query_as(
+        "SELECT trace_blob_key, trace_size_bytes FROM replays
+         WHERE id = $1 AND team_id = $2 AND trace_blob_key IS NOT NULL",
     )
     .bind(id)
     .bind(team_id)
