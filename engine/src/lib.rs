@@ -16,6 +16,7 @@
 
 pub mod allocator;
 pub mod analysis;
+pub mod fingerprint;
 pub mod oomtext;
 pub mod pickle;
 pub mod remedies;
