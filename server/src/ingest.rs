@@ -152,6 +152,8 @@ pub struct Analysed {
     pub series: Option<Series>,
     /// Segments and blocks at the OOM the program did not survive.
     pub oom_state: Option<OomState>,
+    /// The OOM's fingerprint, when the trace ends in one (for grouping).
+    pub fingerprint: Option<oomlens_engine::fingerprint::Fingerprint>,
 }
 
 /// Reads and analyses a snapshot, keeping the series and the state at the OOM as well.
@@ -164,12 +166,17 @@ pub fn analyze_snapshot_full(input: &Input, limits: &Limits) -> Result<Analysed,
     };
     let (analysis, series) = analyze_exact_with(&snapshot, &options);
     let oom_state = analysis.oom.as_ref().and_then(|_| state_at_oom(&snapshot));
+    let fingerprint = analysis
+        .oom
+        .as_ref()
+        .and_then(|_| oomlens_engine::fingerprint::of_snapshot(&snapshot));
     let report = Report::from_analysis(&snapshot, analysis);
     tracing::info!(elapsed = ?t1.elapsed(), "snapshot analysed with its series");
     Ok(Analysed {
         report,
         series,
         oom_state,
+        fingerprint,
     })
 }
 

@@ -9,11 +9,13 @@ mod blob;
 mod cli;
 mod db;
 mod figures;
+mod grouping;
 mod ingest;
 mod pg;
 mod remedy_trace;
 mod telemetry;
 mod web;
+mod webhook;
 mod worker;
 
 use std::process::ExitCode;

@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 use crate::blob::BlobStore;
 use crate::db::jobs::{self, Job, Kind, Outcome};
 use crate::db::snapshots::{self, Stored, Summary};
+use crate::grouping;
 use crate::ingest::{self, Input, Limits};
 
 /// What the workers need.
@@ -286,11 +287,22 @@ async fn analyze_job(worker: &str, ctx: &WorkerContext, job: &Job) -> Result<(),
     snapshots::store_analysis(&mut tx, snap.id, stored)
         .await
         .map_err(|e| transient(&e))?;
+    let membership = match &full.fingerprint {
+        Some(fp) => Some(
+            grouping::join(&mut tx, snap.team_id, fp, "snapshot", snap.id, &snap.name)
+                .await
+                .map_err(|e| transient(&e))?,
+        ),
+        None => None,
+    };
     if jobs::complete(&mut tx, job.id, worker)
         .await
         .map_err(|e| transient(&e))?
     {
         tx.commit().await.map_err(|e| transient(&e))?;
+        if let Some(m) = &membership {
+            grouping::announce(&ctx.pool, m).await;
+        }
     } else {
         // Another worker took the job over after our lease expired; its result will be stored.
         tx.rollback().await.map_err(|e| transient(&e))?;

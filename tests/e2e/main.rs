@@ -6,6 +6,7 @@ mod cli_analyze;
 mod cli_replay;
 mod cli_upload;
 mod cli_whatif;
+mod groups;
 mod runner_api;
 mod server_api;
 mod web_pages;

@@ -4,6 +4,7 @@
 
 mod auth;
 mod error;
+mod groups;
 mod oom_logs;
 pub mod openapi;
 mod ops;
@@ -13,6 +14,7 @@ mod runner;
 mod share_links;
 mod snapshots;
 mod upload;
+mod webhooks;
 mod whatif;
 
 use std::path::PathBuf;
@@ -132,6 +134,10 @@ pub fn router(state: AppState, request_timeout: Duration, site: &crate::web::Sit
             post(runner::result).layer(DefaultBodyLimit::max(runner::MAX_RESULT_BYTES + (1 << 20))),
         )
         .route("/runners", get(runner::list))
+        .route("/groups", get(groups::list))
+        .route("/groups/{id}", get(groups::get_one).patch(groups::patch))
+        .route("/webhooks", post(webhooks::create).get(webhooks::list))
+        .route("/webhooks/{id}", axum::routing::delete(webhooks::delete))
         .route(
             "/oom-logs",
             post(oom_logs::create)

@@ -118,6 +118,10 @@ pub async fn store_log(
         .with_source_name(name);
     let analysis = serde_json::to_string(&report)
         .map_err(|e| ApiError::internal("could not encode the analysis", &e))?;
+    let fingerprint = report
+        .oom_messages
+        .last()
+        .and_then(oomlens_engine::fingerprint::of_log);
     let sha256: [u8; 32] = Sha256::digest(body).into();
     let (id, created) = oom_logs::insert_or_get(
         &state.get().pool,
@@ -130,6 +134,13 @@ pub async fn store_log(
         },
     )
     .await?;
+    if created && let Some(fp) = &fingerprint {
+        let pool = &state.get().pool;
+        let mut tx = pool.begin().await?;
+        let m = crate::grouping::join(&mut tx, team.id, fp, "oom_log", id, name).await?;
+        tx.commit().await?;
+        crate::grouping::announce(pool, &m).await;
+    }
     // An earlier upload keeps its own analysis (its name may differ).
     let analysis = if created {
         analysis

@@ -6,6 +6,7 @@
 //! end-to-end tests run every query against a real PostgreSQL anyway.
 
 mod connect;
+pub mod groups;
 pub mod jobs;
 pub mod oom_logs;
 pub mod replays;
@@ -13,6 +14,7 @@ pub mod runners;
 pub mod share_links;
 pub mod snapshots;
 pub mod tokens;
+pub mod webhooks;
 pub mod whatifs;
 
 pub use connect::{Database, Embedded};
