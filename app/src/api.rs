@@ -182,6 +182,8 @@ pub struct PostMortem {
     pub shared: bool,
     /// The range asked for.
     pub zoom: TraceView,
+    /// The snapshot's newest GPU replays (`POST /api/v1/snapshots/{id}/replays`), newest first.
+    pub replays: Vec<GpuReplay>,
 }
 
 /// The parts of `oomlens analyze --json` that the post-mortem page shows.
@@ -371,6 +373,9 @@ pub struct WhatIfOutcome {
     pub lower_bound: bool,
     /// For a lower bound: the whole run's peak, estimated from the part before the OOM.
     pub estimated_peak_reserved_bytes: Option<u64>,
+    /// The remedy's spec normalised (`ckpt+amp=bf16` → `amp=bf16+checkpoint`), to match a GPU
+    /// replay's [`GpuRun::key`]; not in the stored JSON: the server fills it in.
+    pub key: String,
 }
 
 impl WhatIfOutcome {
@@ -391,6 +396,131 @@ impl WhatIfOutcome {
             "" => "the recording, replayed",
             _ => "model (transform)",
         }
+    }
+}
+
+/// A GPU replay of a snapshot (`POST /api/v1/snapshots/{id}/replays`, answered by a GPU runner):
+/// where it stands and, once a runner answered, the parts of its result the post-mortem page
+/// shows (not the whole result: that is the JSON download).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuReplay {
+    /// Id (UUID text).
+    pub id: String,
+    /// `queued` (waiting for a runner), `running`, `done` or `failed`.
+    pub status: String,
+    /// The per-process limit it replays under.
+    pub capacity_bytes: u64,
+    /// The card size emulated (the rest of the GPU taken as ballast), if asked.
+    pub device_memory_bytes: Option<u64>,
+    /// Allocator settings asked for (`PYTORCH_CUDA_ALLOC_CONF`), if any.
+    pub alloc_conf: Option<String>,
+    /// The remedies asked for, as given.
+    pub remedies: Vec<String>,
+    /// Asked at, shown (`2026-12-02 18:29 UTC`).
+    pub created: String,
+    /// Asked at, RFC 3339.
+    pub created_iso: String,
+    /// Answered at, shown.
+    pub finished: Option<String>,
+    /// Answered at, RFC 3339.
+    pub finished_iso: Option<String>,
+    /// The GPU's name: the one the result names, else the one the runner registered with.
+    pub gpu: Option<String>,
+    /// Why it failed (or why its result does not read).
+    pub error: Option<String>,
+    /// The runner's result, when `done`.
+    pub result: Option<GpuResult>,
+    /// Where the replay's JSON downloads (`None` on a shared page).
+    pub json_url: Option<String>,
+    /// Where the replay's trace on the GPU downloads as a memory_viz snapshot (`None` on a
+    /// shared page, or before the runner uploaded it).
+    #[serde(default)]
+    pub trace_url: Option<String>,
+}
+
+/// What a runner answered (`oomlens-runner replay --json`), the parts the page shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuResult {
+    /// The trace itself, replayed under the limit.
+    pub trace: GpuRun,
+    /// Each remedy asked for, replayed under the limit.
+    pub remedies: Vec<GpuRun>,
+}
+
+/// One replay on the GPU (the trace, or one remedy's), read from the runner's JSON: the field
+/// names are `oomlens-runner replay --json`'s; fields the page does not show are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GpuRun {
+    /// The remedy's spec as run; empty for the trace itself.
+    pub remedy: String,
+    /// The spec normalised (filled in by the server), to match [`WhatIfOutcome::key`].
+    pub key: String,
+    /// A remedy's verdict: it ran under the limit on the GPU (for a post-mortem, the step
+    /// extrapolated from the trace). `None` for the trace itself: see `oom`.
+    pub fits: Option<bool>,
+    /// The replay ran out of memory.
+    pub oom: bool,
+    /// The trace entry that ran out of memory.
+    pub oom_event_index: Option<u64>,
+    /// Peak allocated bytes on the GPU.
+    pub peak_allocated_bytes: u64,
+    /// Peak reserved bytes on the GPU.
+    pub peak_reserved_bytes: u64,
+    /// Blocks stamped (one word per 512 bytes) and checked.
+    pub blocks_stamped: u64,
+    /// Stamped blocks found overwritten: two live blocks overlapped on the GPU.
+    pub stamp_errors: u64,
+    /// The simulation of the same replay, run by the runner beside it.
+    pub simulation: Option<GpuSimulation>,
+    /// Which figures the GPU and the simulation agree on.
+    pub agrees_with_simulation: Option<GpuAgreement>,
+}
+
+impl GpuRun {
+    /// The GPU and the simulation agree on every figure, and no stamped block was overwritten.
+    pub fn trusted(&self) -> bool {
+        self.stamp_errors == 0 && self.agrees_with_simulation.is_some_and(|a| a.all())
+    }
+
+    /// It ran under the limit: a remedy's `fits`, else no OOM.
+    pub fn ran_under_the_limit(&self) -> bool {
+        self.fits.unwrap_or(!self.oom)
+    }
+}
+
+/// The runner's simulation of a replay.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GpuSimulation {
+    /// The simulation ran out of memory.
+    pub oom: bool,
+    /// Where.
+    pub oom_event_index: Option<u64>,
+    /// Its peak allocated bytes.
+    pub peak_allocated_bytes: u64,
+    /// Its peak reserved bytes.
+    pub peak_reserved_bytes: u64,
+}
+
+/// Which figures of a GPU replay match its simulation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GpuAgreement {
+    /// Whether it ran out of memory.
+    pub oom: bool,
+    /// The trace entry of the OOM.
+    pub oom_event_index: bool,
+    /// Peak allocated bytes.
+    pub peak_allocated: bool,
+    /// Peak reserved bytes.
+    pub peak_reserved: bool,
+}
+
+impl GpuAgreement {
+    /// All four agree.
+    pub fn all(&self) -> bool {
+        self.oom && self.oom_event_index && self.peak_allocated && self.peak_reserved
     }
 }
 

@@ -509,3 +509,176 @@ fn browser_share_link_shows_the_post_mortem_without_signing_in() {
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// A real GPU replay of SNAP under 10 GiB with what-if's standard remedies (tests/data/gpu).
+const GPU_RESULT: &str = "tests/data/gpu/gpt__baseline__cap10.standard-remedies.h200.json";
+
+/// POSTs JSON with a bearer token; the JSON answer, which must be a success.
+fn api_post(s: &TestServer, token: &str, path: &str, body: &Value) -> Value {
+    let r = client()
+        .post(s.url(path))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+    assert!(r.status().is_success(), "POST {path}: {}", r.status());
+    r.json().unwrap_or(Value::Null)
+}
+
+#[test]
+fn browser_a_gpu_verified_post_mortem_hydrates_and_queues_another_replay() {
+    if !chromium_or_skip("browser_a_gpu_verified_post_mortem_hydrates_and_queues_another_replay") {
+        return;
+    }
+    let t0 = Instant::now();
+    let s = TestServer::start(&[]);
+    let token = s.token(&unique("browser-gpu"));
+    let created: Value = client()
+        .post(s.url("/api/v1/snapshots?name=gpt-gpu"))
+        .bearer_auth(&token)
+        .header("content-type", "application/octet-stream")
+        .body(std::fs::read(workspace().join(SNAP)).expect("the snapshot"))
+        .send()
+        .and_then(reqwest::blocking::Response::json)
+        .expect("POST /api/v1/snapshots");
+    let id = created["id"].as_str().expect("an id").to_string();
+    analysed(&s, &token, &id);
+    let recorded: Value = serde_json::from_slice(
+        &std::fs::read(workspace().join(GPU_RESULT)).expect("the recorded replay"),
+    )
+    .expect("JSON");
+    let capacity = recorded["capacity_bytes"].clone();
+    let whatif = api_post(
+        &s,
+        &token,
+        &format!("/api/v1/snapshots/{id}/whatif"),
+        &serde_json::json!({ "capacity_bytes": capacity }),
+    );
+    let specs: Vec<Value> = whatif["remedies"]
+        .as_array()
+        .expect("remedies")
+        .iter()
+        .map(|r| r["remedy"].clone())
+        .collect();
+    // Queued through the API, answered by a runner with the recorded H200 replay.
+    api_post(
+        &s,
+        &token,
+        &format!("/api/v1/snapshots/{id}/replays"),
+        &serde_json::json!({ "capacity_bytes": capacity, "remedies": specs }),
+    );
+    let runner = api_post(
+        &s,
+        &token,
+        "/api/v1/runner/register",
+        &serde_json::json!({"name": "gpu-box", "device": recorded["gpu"]}),
+    )["runner_id"]
+        .clone();
+    let job = api_post(
+        &s,
+        &token,
+        "/api/v1/runner/lease",
+        &serde_json::json!({"runner_id": runner, "wait_seconds": 5}),
+    );
+    let job_id = job["job_id"].as_i64().expect("job_id");
+    api_post(
+        &s,
+        &token,
+        &format!("/api/v1/runner/jobs/{job_id}/result"),
+        &serde_json::json!({"runner_id": runner, "result": recorded}),
+    );
+
+    let chromium = Chromium::launch();
+    let tab = chromium.open(&s.url("/login"));
+    tab.wait_until(
+        "!!document.querySelector('input#token')",
+        PAGE,
+        "the sign-in page",
+    );
+    tab.wait_hydrated(PAGE);
+    tab.type_into("input#token", &token);
+    tab.click(SIGN_IN);
+    tab.wait_until(
+        "location.pathname === '/snapshots'",
+        PAGE,
+        "the list after signing in",
+    );
+    tab.goto(&s.url(&format!("/snapshots/{id}")));
+    tab.wait_until(
+        "!!document.querySelector('[data-testid=gpu-mark]')",
+        PAGE,
+        "the post-mortem with its GPU mark",
+    );
+    tab.wait_hydrated(PAGE);
+    let mark = tab.text("[data-testid=gpu-mark]").expect("the mark");
+    let gpu_name = recorded["gpu"]["name"].as_str().expect("the GPU's name");
+    assert!(
+        mark.contains("✓ Verified on GPU")
+            && mark.contains(&format!("{gpu_name} replayed this trace"))
+            && mark.contains(&format!(
+                "out of memory at trace entry {}",
+                recorded["oom_event_index"]
+            )),
+        "{mark}"
+    );
+    let cells = tab.eval(
+        "Array.from(document.querySelectorAll('[data-testid=remedies] [data-testid=gpu-verdict]')).map(c => c.textContent.trim())",
+    );
+    let cells: Vec<&str> = cells
+        .as_array()
+        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        cells.len(),
+        specs.len() + 1,
+        "a GPU cell per row, the baseline's too: {cells:?}"
+    );
+    assert!(
+        cells.iter().all(|c| ["✓ fits", "✗ OOM"].contains(c)),
+        "the recorded replay agrees with the what-if on every remedy: {cells:?}"
+    );
+    tab.screenshot("post-mortem-gpu");
+    // Readable in both schemes.
+    for dark in [false, true] {
+        tab.prefer_dark(dark);
+        for text in [
+            "[data-testid=gpu-mark] .headline strong",
+            "[data-testid=gpu-mark] .headline",
+            "[data-testid=gpu-verdict] .badge",
+        ] {
+            let ratio = tab.contrast(text);
+            assert!(
+                ratio >= 4.5,
+                "{text} is readable (dark: {dark}; WCAG AA contrast 4.5): {ratio:.2}"
+            );
+        }
+    }
+    tab.screenshot("post-mortem-gpu-dark");
+    tab.prefer_dark(false);
+
+    // The form still posts after hydration: another replay is queued, said under the mark.
+    tab.click("[data-testid=gpu-replay-form] button[type=submit]");
+    tab.wait_until(
+        "!!document.querySelector('[data-testid=gpu-newer]')",
+        PAGE,
+        "the page again, with the new replay queued",
+    );
+    tab.wait_hydrated(PAGE);
+    let newer = tab
+        .text("[data-testid=gpu-newer]")
+        .expect("the newer replay");
+    assert!(
+        newer.contains("GPU replay queued — waiting for a runner"),
+        "{newer}"
+    );
+    assert!(
+        tab.text("[data-testid=gpu-mark]")
+            .is_some_and(|m| m.contains("✓ Verified on GPU")),
+        "the answered replay keeps its mark"
+    );
+    tab.assert_no_js_errors("on a post-mortem with a GPU replay");
+    eprintln!(
+        "browser_a_gpu_verified_post_mortem_hydrates_and_queues_another_replay: {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+}

@@ -851,3 +851,401 @@ fn two_post_mortems_compare_side_by_side_without_javascript() {
     assert_eq!(code, StatusCode::OK);
     assert!(!their_form.contains(&id_a) && !their_form.contains("cmp-full"));
 }
+
+/// A real GPU replay of SNAP under 10 GiB with what-if's standard remedies (see its README).
+const GPU_RESULT: &str = "tests/data/gpu/gpt__baseline__cap10.standard-remedies.h200.json";
+
+/// POSTs JSON with a bearer token: the status and the JSON answer (null when there is none).
+fn api_post(s: &TestServer, token: &str, path: &str, body: &Value) -> (StatusCode, Value) {
+    let r = browser()
+        .post(s.url(path))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .expect("POST");
+    let code = r.status();
+    (code, r.json().unwrap_or(Value::Null))
+}
+
+/// The row of the remedies table whose remedy is `spec`.
+fn remedy_row<'a>(html: &'a str, spec: &str) -> &'a str {
+    let table = &html[html
+        .find("data-testid=\"remedies\"")
+        .unwrap_or_else(|| panic!("no remedies table: {html}"))..];
+    let at = table
+        .find(&format!("<code>{spec}</code>"))
+        .unwrap_or_else(|| panic!("no row {spec}: {table}"));
+    let start = table[..at].rfind("<tr").expect("a row start");
+    let end = at + table[at..].find("</tr>").expect("a row end");
+    &table[start..end]
+}
+
+/// The GPU mark under the verdict (its HTML).
+fn gpu_mark(html: &str) -> &str {
+    let at = html
+        .find("data-testid=\"gpu-mark\"")
+        .unwrap_or_else(|| panic!("no GPU mark: {html}"));
+    let end = at + html[at..].find("</div>").expect("the mark's end");
+    &html[at..end]
+}
+
+/// The text and tooltip of the GPU cell of a remedies row.
+fn gpu_verdict(row: &str) -> (String, String) {
+    let cell = &row[row
+        .find("data-testid=\"gpu-verdict\"")
+        .unwrap_or_else(|| panic!("no GPU cell: {row}"))..];
+    let cell = &cell[..cell.find("</td>").expect("a cell end")];
+    let text = cell
+        .rsplit_once("\">")
+        .map(|(_, t)| t.trim_end_matches("</span>").to_string())
+        .unwrap_or_default();
+    let title = cell
+        .split("title=\"")
+        .nth(1)
+        .and_then(|t| t.split('"').next())
+        .unwrap_or_default()
+        .to_string();
+    (text, title)
+}
+
+#[test]
+fn a_gpu_replay_is_queued_from_the_page_and_its_answer_marks_the_verdict_and_the_remedies() {
+    let s = TestServer::start(&[]);
+    let token = s.token(&unique("web-gpu"));
+    let cookie = sign_in(&s, &token);
+    let recorded: Value = serde_json::from_slice(
+        &std::fs::read(workspace().join(GPU_RESULT)).expect("the recorded replay"),
+    )
+    .expect("JSON");
+    let b = |v: &Value| Bytes(v.as_u64().expect("a byte count")).to_string();
+
+    let r = upload_form(
+        &s,
+        &cookie,
+        std::fs::read(workspace().join(SNAP)).expect("data"),
+        "gpt-gpu",
+    );
+    let page_path = location(&r);
+    let id = page_path
+        .strip_prefix("/snapshots/")
+        .expect("to the post-mortem")
+        .to_string();
+    assert_eq!(wait_analysed(&s, &token, &id)["status"], "ready");
+
+    // The what-if under the recorded replay's limit, with the standard remedies (as the runner
+    // replayed them).
+    let capacity = recorded["capacity_bytes"].as_u64().expect("capacity_bytes");
+    let (code, whatif) = api_post(
+        &s,
+        &token,
+        &format!("/api/v1/snapshots/{id}/whatif"),
+        &serde_json::json!({ "capacity_bytes": capacity }),
+    );
+    assert_eq!(code, StatusCode::OK, "{whatif}");
+    let specs: Vec<String> = whatif["remedies"]
+        .as_array()
+        .expect("remedies")
+        .iter()
+        .map(|r| r["remedy"].as_str().expect("a spec").to_string())
+        .collect();
+    let mut replayed: Vec<&str> = recorded["remedies"]
+        .as_array()
+        .expect("the replay's remedies")
+        .iter()
+        .map(|r| r["remedy"].as_str().expect("a spec"))
+        .collect();
+    let mut asked: Vec<&str> = specs.iter().map(String::as_str).collect();
+    replayed.sort_unstable();
+    asked.sort_unstable();
+    assert_eq!(
+        asked, replayed,
+        "the recorded replay has the what-if's remedies"
+    );
+
+    // Before any replay: no mark, a dash in the GPU column, and the form with the table's limit
+    // and remedies.
+    let (_, html) = page(&s, &cookie, &page_path);
+    assert!(!html.contains("data-testid=\"gpu-mark\""), "{html}");
+    assert_eq!(gpu_verdict(remedy_row(&html, &specs[0])).0, "—");
+    assert!(
+        html.contains(&format!(
+            "<form method=\"post\" action=\"/snapshots/{id}/replays\""
+        )),
+        "{html}"
+    );
+    assert!(
+        html.contains(&format!("name=\"capacity_bytes\" value=\"{capacity}\"")),
+        "{html}"
+    );
+    for spec in &specs {
+        assert!(
+            html.contains(&format!("name=\"remedy\" value=\"{spec}\"")),
+            "{spec}: {html}"
+        );
+    }
+
+    // The form, as a browser without scripts posts it: refused without a session or with a bad
+    // remedy (back to the page, saying why), queued otherwise.
+    let mut fields: Vec<(&str, String)> = vec![("capacity_bytes", capacity.to_string())];
+    fields.extend(specs.iter().map(|s| ("remedy", s.clone())));
+    let form_url = s.url(&format!("/snapshots/{id}/replays"));
+    let r = browser()
+        .post(&form_url)
+        .form(&fields)
+        .send()
+        .expect("POST");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&r), "/login");
+    let r = browser()
+        .post(&form_url)
+        .header(COOKIE, &cookie)
+        .form(&[
+            ("capacity_bytes", capacity.to_string()),
+            ("remedy", "warp-drive".into()),
+        ])
+        .send()
+        .expect("POST");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let back = location(&r);
+    assert!(
+        back.starts_with(&format!("/snapshots/{id}?gpu_error=")),
+        "{back}"
+    );
+    let (_, html) = page(&s, &cookie, &back);
+    assert!(text_of(&html, "gpu-error").contains("warp-drive"), "{html}");
+    let other = sign_in(&s, &s.token(&unique("web-gpu-b")));
+    let r = browser()
+        .post(&form_url)
+        .header(COOKIE, &other)
+        .form(&fields)
+        .send()
+        .expect("POST");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(location(&r).contains("gpu_error="), "{}", location(&r));
+    assert_eq!(
+        s.sql(&format!(
+            "SELECT count(*) FROM replays WHERE snapshot_id = '{id}'"
+        )),
+        "0"
+    );
+    let r = browser()
+        .post(&form_url)
+        .header(COOKIE, &cookie)
+        .form(&fields)
+        .send()
+        .expect("POST");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&r), format!("{page_path}#gpu"));
+    let (_, html) = page(&s, &cookie, &page_path);
+    assert!(
+        gpu_mark(&html).contains("GPU replay queued — waiting for a runner"),
+        "{html}"
+    );
+    let json_prefix = format!("href=\"/snapshots/{id}/replays/");
+    let replay = html
+        .split(&json_prefix)
+        .nth(1)
+        .and_then(|r| r.split(".json\"").next())
+        .unwrap_or_else(|| panic!("no link to the replay's JSON: {html}"))
+        .to_string();
+
+    // A runner takes it: the page says it is running on the runner's GPU.
+    let gpu_name = recorded["gpu"]["name"].as_str().expect("the GPU's name");
+    let (code, reg) = api_post(
+        &s,
+        &token,
+        "/api/v1/runner/register",
+        &serde_json::json!({"name": "gpu-box", "device": {"name": gpu_name}}),
+    );
+    assert_eq!(code, StatusCode::CREATED, "{reg}");
+    let runner = reg["runner_id"].as_str().expect("runner_id").to_string();
+    let (code, job) = api_post(
+        &s,
+        &token,
+        "/api/v1/runner/lease",
+        &serde_json::json!({"runner_id": runner, "wait_seconds": 5}),
+    );
+    assert_eq!(code, StatusCode::OK, "{job}");
+    assert_eq!(job["replay_id"], replay.as_str());
+    assert_eq!(job["capacity_bytes"], capacity);
+    assert_eq!(job["remedies"], serde_json::json!(specs));
+    let (_, html) = page(&s, &cookie, &page_path);
+    let running = gpu_mark(&html);
+    assert!(running.contains("GPU replay running"), "{running}");
+    assert!(
+        running.contains(&format!("{gpu_name} is replaying this trace")),
+        "{running}"
+    );
+
+    // It answers with the recorded H200 replay: the page marks the verdict with its numbers.
+    let job_id = job["job_id"].as_i64().expect("job_id");
+    // The runner uploads its replay's trace before the result (a snapshot file stands in for the
+    // GPU's here: the server keeps bytes that read as a snapshot).
+    let trace = std::fs::read(workspace().join("examples/gpt__baseline__cap10.pickle.gz"))
+        .expect("a snapshot file");
+    let r = browser()
+        .put(s.url(&format!(
+            "/api/v1/runner/jobs/{job_id}/trace?runner_id={runner}"
+        )))
+        .bearer_auth(&token)
+        .body(trace.clone())
+        .send()
+        .expect("PUT trace");
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let (code, v) = api_post(
+        &s,
+        &token,
+        &format!("/api/v1/runner/jobs/{job_id}/result"),
+        &serde_json::json!({"runner_id": runner, "result": recorded}),
+    );
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "done");
+    let agrees = &recorded["agrees_with_simulation"];
+    for k in ["oom", "oom_event_index", "peak_allocated", "peak_reserved"] {
+        assert_eq!(
+            agrees[k], true,
+            "the recording agrees with its simulation: {k}"
+        );
+    }
+    assert_eq!(recorded["oom"], true, "the recording runs out of memory");
+    let headline = format!(
+        "<strong>✓ Verified on GPU</strong> — {gpu_name} replayed this trace under {}: out of memory at trace entry {}, as the simulation predicted; {} of {} stamped blocks overlapped.",
+        b(&recorded["capacity_bytes"]),
+        recorded["oom_event_index"],
+        recorded["stamp_errors"],
+        recorded["blocks_stamped"],
+    );
+    let (code, html) = page(&s, &cookie, &page_path);
+    assert_eq!(code, StatusCode::OK);
+    assert!(html.contains(&headline), "{headline}\n---\n{html}");
+    assert!(
+        headline.contains("NVIDIA H200")
+            && headline.contains("10.00 GiB")
+            && headline.contains("entry 553"),
+        "{headline}"
+    );
+    assert!(gpu_mark(&html).contains(&headline), "{html}");
+    let verdict = html.find("data-testid=\"verdict\"").expect("verdict");
+    let mark = html.find("data-testid=\"gpu-mark\"").expect("mark");
+    assert!(verdict < mark, "the mark is under the verdict");
+
+    // The GPU column: each remedy's verdict on the GPU, a disagreement with the what-if never
+    // checked.
+    let predicted = |spec: &str| {
+        whatif["remedies"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["remedy"] == spec))
+            .and_then(|r| r["fits"].as_bool())
+            .unwrap_or_else(|| panic!("the what-if has {spec}"))
+    };
+    let mut seen_fit = false;
+    let mut seen_oom = false;
+    for run in recorded["remedies"].as_array().expect("remedies") {
+        let spec = run["remedy"].as_str().expect("a spec");
+        let fits = run["fits"].as_bool().expect("fits");
+        let trusted = run["stamp_errors"] == 0
+            && ["oom", "oom_event_index", "peak_allocated", "peak_reserved"]
+                .iter()
+                .all(|k| run["agrees_with_simulation"][k] == true);
+        let want = match (fits == predicted(spec), trusted, fits) {
+            (false, _, true) => "⚠ fits (what-if: does not)",
+            (false, _, false) => "⚠ OOM (what-if: fits)",
+            (true, false, true) => "⚠ fits",
+            (true, false, false) => "⚠ OOM",
+            (true, true, true) => "✓ fits",
+            (true, true, false) => "✗ OOM",
+        };
+        let (text, title) = gpu_verdict(remedy_row(&html, spec));
+        assert_eq!(text, want, "{spec}");
+        assert!(
+            title.contains(&format!("peak {} reserved", b(&run["peak_reserved_bytes"]))),
+            "{spec}: {title}"
+        );
+        assert!(title.starts_with(gpu_name), "{spec}: {title}");
+        seen_fit |= fits;
+        seen_oom |= !fits;
+    }
+    assert!(seen_fit && seen_oom, "the recording has both verdicts");
+    for spec in ["batch=0.5", "alloc=expandable_segments:True"] {
+        let run = recorded["remedies"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["remedy"] == spec))
+            .expect("replayed");
+        let (text, _) = gpu_verdict(remedy_row(&html, spec));
+        let fits = run["fits"].as_bool().expect("fits");
+        assert!(
+            text.ends_with(if fits { "fits" } else { "OOM" })
+                || text.starts_with(if fits { "⚠ fits" } else { "⚠ OOM" }),
+            "{spec}: {text}"
+        );
+    }
+
+    // The replay's JSON, for the page's session: the runner's result as posted; another team
+    // and another snapshot's path get a 404, no session goes to the sign-in page.
+    let json_path = format!("/snapshots/{id}/replays/{replay}.json");
+    let r = browser()
+        .get(s.url(&json_path))
+        .header(COOKIE, &cookie)
+        .send()
+        .expect("GET JSON");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(
+        r.headers()
+            .get("content-disposition")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("attachment")),
+        "{:?}",
+        r.headers()
+    );
+    let got: Value = r.json().expect("JSON");
+    assert_eq!(got["id"], replay.as_str());
+    assert_eq!(got["status"], "done");
+    assert_eq!(got["result"], recorded);
+    let (code, _) = page(&s, &other, &json_path);
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let (code, _) = page(
+        &s,
+        &cookie,
+        &format!("/snapshots/00000000-0000-0000-0000-000000000000/replays/{replay}.json"),
+    );
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let r = browser().get(s.url(&json_path)).send().expect("GET");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&r), "/login");
+
+    // The replay's trace on the GPU, linked from the mark, downloads as uploaded.
+    let trace_path = format!("/snapshots/{id}/replays/{replay}.pickle.gz");
+    let (_, html) = page(&s, &cookie, &page_path);
+    assert!(
+        html.contains(&format!("href=\"{trace_path}\"")) && html.contains("GPU trace (pickle)"),
+        "{}",
+        gpu_mark(&html)
+    );
+    let r = browser()
+        .get(s.url(&trace_path))
+        .header(COOKIE, &cookie)
+        .send()
+        .expect("GET trace");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.bytes().expect("bytes").to_vec(), trace);
+    let (code, _) = page(&s, &other, &trace_path);
+    assert_eq!(code, StatusCode::NOT_FOUND);
+
+    // The share page shows the mark too, read-only: no form, no download.
+    let (code, link) = api_post(
+        &s,
+        &token,
+        &format!("/api/v1/snapshots/{id}/share-links"),
+        &serde_json::json!({}),
+    );
+    assert_eq!(code, StatusCode::CREATED, "{link}");
+    let url = link["url"].as_str().expect("url");
+    let shared_path = &url[url.find("/s/").expect("a /s/ link")..];
+    let (code, shared) = page(&s, "", shared_path);
+    assert_eq!(code, StatusCode::OK, "{shared}");
+    assert!(shared.contains(&headline), "{shared}");
+    assert!(!shared.contains("Replay on a GPU"), "{shared}");
+    assert!(!shared.contains(".json\""), "{shared}");
+    let (text, _) = gpu_verdict(remedy_row(&shared, "batch=0.5"));
+    assert_eq!(text, gpu_verdict(remedy_row(&html, "batch=0.5")).0);
+}

@@ -4,6 +4,7 @@
 //! separate components (`…View`) so tests can render them from fixed DTOs.
 
 pub mod compare;
+pub mod gpu;
 pub mod login;
 pub mod oom_log;
 pub mod post_mortem;

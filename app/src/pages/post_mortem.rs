@@ -10,12 +10,13 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 use leptos_router::params::ParamsMap;
 
 use crate::api::{
-    AnalysisView, Categories, Figures, PostMortem, RangeTables, SiteView, TraceView, WhatIfOutcome,
-    WhatIfView,
+    AnalysisView, Categories, Figures, GpuReplay, PostMortem, RangeTables, SiteView, TraceView,
+    WhatIfOutcome, WhatIfView,
 };
 use crate::backend::{PostMortemRef, load_post_mortem, load_range_tables};
 use crate::components::{ChartFigure, Layout};
 use crate::format::{bytes, share};
+use crate::pages::gpu::{GpuCellView, GpuSection, ReplayForm, gpu_cell};
 use crate::zoom::ZoomableTimeline;
 
 /// The post-mortem page.
@@ -100,7 +101,7 @@ pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
     let body = match (pm.status.as_str(), pm.analysis) {
         ("ready", Some(a)) => view! {
             <AnalysisSections id=pm.id.clone() a=a whatifs=pm.whatifs figures=pm.figures
-                zoom=pm.zoom shared=shared/>
+                zoom=pm.zoom shared=shared replays=pm.replays/>
         }
         .into_any(),
         ("failed", _) => view! {
@@ -204,6 +205,7 @@ fn AnalysisSections(
     figures: Figures,
     zoom: TraceView,
     shared: bool,
+    replays: Vec<GpuReplay>,
 ) -> impl IntoView {
     let base = figures.base.clone();
     let q = zoom.query();
@@ -250,6 +252,7 @@ fn AnalysisSections(
             <p class="sentence">{sentence}</p>
             {raised}
         </section>
+        <GpuSection replays=replays.clone() shared=shared/>
         <section class="figures">
             <dl class="stats">
                 <div>
@@ -316,7 +319,8 @@ fn AnalysisSections(
                     name="segments"/>
             </section>
         })}
-        <WhatIfs id=id whatifs=whatifs figure=figures.remedies base=base shared=shared view=zoom/>
+        <WhatIfs id=id whatifs=whatifs figure=figures.remedies base=base shared=shared view=zoom
+            replays=replays/>
     }
 }
 
@@ -479,6 +483,7 @@ fn WhatIfs(
     figure: Option<crate::api::Figure>,
     base: String,
     shared: bool,
+    replays: Vec<GpuReplay>,
 ) -> impl IntoView {
     let any = !whatifs.is_empty();
     view! {
@@ -487,8 +492,15 @@ fn WhatIfs(
             {if any {
                 view! {
                     <ChartFigure element_id="remedies-chart" figure=figure base=base.clone() name="remedies"/>
-                    {whatifs.into_iter().map(|w| view! {
-                        <WhatIfTable w=w base=base.clone() view=view.clone()/>
+                    {whatifs.into_iter().map(|w| {
+                        let form = (!shared).then(|| view! {
+                            <ReplayForm id=id.clone() capacity_bytes=w.capacity_bytes
+                                remedies=w.remedies.iter().map(|r| r.remedy.clone()).collect()/>
+                        });
+                        view! {
+                            <WhatIfTable w=w base=base.clone() view=view.clone() replays=replays.clone()/>
+                            {form}
+                        }
                     }).collect_view()}
                 }.into_any()
             } else if shared {
@@ -515,10 +527,17 @@ pub fn ranked(remedies: Vec<WhatIfOutcome>) -> Vec<WhatIfOutcome> {
     fit
 }
 
-/// One what-if answer: the baseline, then each remedy, ranked.
+/// One what-if answer: the baseline, then each remedy, ranked; the GPU column gives each row's
+/// verdict on a real GPU where a runner replayed it under this limit.
 #[component]
-fn WhatIfTable(w: WhatIfView, base: String, view: TraceView) -> impl IntoView {
-    let row = |rank: String, label: String, o: WhatIfOutcome| {
+fn WhatIfTable(
+    w: WhatIfView,
+    base: String,
+    view: TraceView,
+    replays: Vec<GpuReplay>,
+) -> impl IntoView {
+    let row = |rank: String, label: String, o: WhatIfOutcome, baseline: bool| {
+        let gpu = gpu_cell(&replays, &w, &o, baseline);
         // A remedy row links its overlay on the timeline (same range) and its trace as a pickle.
         let links = (!o.remedy.is_empty()).then(|| {
             let mut with = view.clone();
@@ -558,6 +577,7 @@ fn WhatIfTable(w: WhatIfView, base: String, view: TraceView) -> impl IntoView {
                 <th scope="row"><code>{label}</code></th>
                 <td class="num">{peak}</td>
                 <td>{fits}</td>
+                <GpuCellView cell=gpu/>
                 <td>{fidelity}</td>
                 <td class="links">{links}</td>
             </tr>
@@ -575,11 +595,11 @@ fn WhatIfTable(w: WhatIfView, base: String, view: TraceView) -> impl IntoView {
     let baseline = w
         .baseline
         .clone()
-        .map(|b| row(String::new(), "as recorded".to_string(), b));
-    let rows = ranked(w.remedies)
+        .map(|b| row(String::new(), "as recorded".to_string(), b, true));
+    let rows = ranked(w.remedies.clone())
         .into_iter()
         .enumerate()
-        .map(|(i, r)| row((i + 1).to_string(), r.remedy.clone(), r))
+        .map(|(i, r)| row((i + 1).to_string(), r.remedy.clone(), r, false))
         .collect_view();
     view! {
         <table class="data remedies" data-testid="remedies">
@@ -589,6 +609,7 @@ fn WhatIfTable(w: WhatIfView, base: String, view: TraceView) -> impl IntoView {
                 <th scope="col">"Remedy"</th>
                 <th scope="col" class="num">"Predicted peak reserved"</th>
                 <th scope="col">"Fits"</th>
+                <th scope="col" title="The verdict of a GPU runner that replayed it under this limit">"GPU"</th>
                 <th scope="col">"Figure"</th>
                 <th scope="col">"See"</th>
             </tr></thead>
@@ -692,6 +713,7 @@ mod tests {
             },
             shared: false,
             zoom: TraceView::default(),
+            replays: vec![],
         }
     }
 
@@ -846,6 +868,73 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("does not fit"), "{html}");
+    }
+
+    #[test]
+    fn a_gpu_replay_marks_the_verdict_and_each_remedy_row() {
+        use crate::api::{GpuAgreement, GpuReplay, GpuResult, GpuRun};
+        let agree = GpuAgreement {
+            oom: true,
+            oom_event_index: true,
+            peak_allocated: true,
+            peak_reserved: true,
+        };
+        let mut pm = analysed();
+        pm.replays = vec![GpuReplay {
+            id: "r1".into(),
+            status: "done".into(),
+            capacity_bytes: 10_737_418_240,
+            remedies: vec!["checkpoint".into()],
+            gpu: Some("NVIDIA H200".into()),
+            json_url: Some("/snapshots/0b6f/replays/r1.json".into()),
+            trace_url: None,
+            result: Some(GpuResult {
+                trace: GpuRun {
+                    oom: true,
+                    oom_event_index: Some(553),
+                    blocks_stamped: 347,
+                    agrees_with_simulation: Some(agree),
+                    ..GpuRun::default()
+                },
+                remedies: vec![GpuRun {
+                    remedy: "checkpoint".into(),
+                    key: "checkpoint".into(),
+                    fits: Some(true),
+                    peak_reserved_bytes: 8_176_795_648,
+                    blocks_stamped: 2139,
+                    agrees_with_simulation: Some(agree),
+                    ..GpuRun::default()
+                }],
+            }),
+            ..GpuReplay::default()
+        }];
+        let page = pm.clone();
+        let html = crate::render(move || view! { <PostMortemView pm=page/> });
+        let verdict = html.find("data-testid=\"verdict\"").expect("verdict");
+        let mark = html.find("✓ Verified on GPU").expect("the mark");
+        let figures = html.find("class=\"figures\"").expect("figures");
+        assert!(
+            verdict < mark && mark < figures,
+            "under the verdict: {html}"
+        );
+        assert!(
+            html.contains("out of memory at trace entry 553, as the simulation predicted"),
+            "{html}"
+        );
+        let table = &html[html.find("data-testid=\"remedies\"").expect("table")..];
+        assert!(table.contains(">GPU</th>"), "{table}");
+        assert!(table.contains(">✓ fits</span>"), "{table}");
+        assert!(table.contains(">✗ OOM</span>"), "the baseline: {table}");
+        assert!(
+            html.contains("action=\"/snapshots/0b6f/replays\"")
+                && html.contains("name=\"remedy\" value=\"checkpoint\""),
+            "{html}"
+        );
+        // Shared: the mark, read-only (no form, no download).
+        pm.shared = true;
+        let html = crate::render(move || view! { <PostMortemView pm=pm/> });
+        assert!(html.contains("✓ Verified on GPU"), "{html}");
+        assert!(!html.contains("Replay on a GPU"), "{html}");
     }
 
     #[test]

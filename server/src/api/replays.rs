@@ -13,7 +13,7 @@ use super::auth::Caller;
 use super::snapshots::parse_id;
 use super::{ApiError, AppState};
 use crate::db::replays::{self, NewReplay, ReplayRow};
-use crate::db::snapshots;
+use crate::db::{Team, snapshots};
 use oomlens_engine::allocator::AllocatorConfig;
 use oomlens_engine::remedies;
 
@@ -69,7 +69,7 @@ pub struct ReplayView {
     pub url: String,
 }
 
-pub(super) fn view(
+pub(crate) fn view(
     state: &AppState,
     headers: &HeaderMap,
     r: ReplayRow,
@@ -128,6 +128,18 @@ pub async fn create(
     let id = parse_id("snapshot", &id)?;
     let req: ReplayRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("replay request: {e}")))?;
+    let row = queue(&state, &team, id, req).await?;
+    Ok((StatusCode::ACCEPTED, Json(view(&state, &headers, row)?)))
+}
+
+/// Checks `req` and queues it for team `team`'s snapshot `id` (404 when the team has no such
+/// snapshot); the API's route and the post-mortem page's form both queue through here.
+pub(crate) async fn queue(
+    state: &AppState,
+    team: &Team,
+    id: Uuid,
+    req: ReplayRequest,
+) -> Result<ReplayRow, ApiError> {
     let in_range = |v: u64| v > 0 && i64::try_from(v).is_ok();
     if !in_range(req.capacity_bytes) {
         return Err(ApiError::Unprocessable(format!(
@@ -152,7 +164,7 @@ pub async fn create(
     snapshots::get(pool, team.id, id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no snapshot {id}")))?;
-    let row = replays::create(
+    Ok(replays::create(
         pool,
         &NewReplay {
             team_id: team.id,
@@ -163,8 +175,7 @@ pub async fn create(
             remedies: req.remedies,
         },
     )
-    .await?;
-    Ok((StatusCode::ACCEPTED, Json(view(&state, &headers, row)?)))
+    .await?)
 }
 
 /// A GPU replay's status and result.
@@ -222,7 +233,7 @@ pub async fn trace(
 }
 
 /// A stored blob as a download named `filename`.
-pub(super) async fn stream_blob(
+pub(crate) async fn stream_blob(
     state: &AppState,
     key: &str,
     filename: &str,

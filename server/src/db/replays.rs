@@ -97,6 +97,41 @@ pub async fn get(pool: &PgPool, team_id: i64, id: Uuid) -> sqlx::Result<Option<R
     .await
 }
 
+/// A replay of a snapshot, with the GPU name its runner registered with.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SnapshotReplay {
+    /// The replay.
+    #[sqlx(flatten)]
+    pub replay: ReplayRow,
+    /// `device.name` of the runner that last leased it (gone with the runner's row).
+    pub runner_gpu: Option<String>,
+}
+
+/// Team `team_id`'s newest replays of snapshot `snapshot_id` (at most `limit`), newest first.
+pub async fn list_for_snapshot(
+    pool: &PgPool,
+    team_id: i64,
+    snapshot_id: Uuid,
+    limit: i64,
+) -> sqlx::Result<Vec<SnapshotReplay>> {
+    sqlx::query_as(
+        "SELECT r.id, r.snapshot_id, r.capacity_bytes, r.device_memory_bytes, r.alloc_conf,
+                r.remedies, r.status, r.result::text AS result, r.error, r.created_at,
+                r.finished_at, r.runner_id, r.trace_blob_key IS NOT NULL AS has_trace,
+                u.device->>'name' AS runner_gpu
+         FROM replays r
+         LEFT JOIN runners u ON u.id = r.runner_id AND u.team_id = r.team_id
+         WHERE r.team_id = $1 AND r.snapshot_id = $2
+         ORDER BY r.created_at DESC, r.id DESC
+         LIMIT $3",
+    )
+    .bind(team_id)
+    .bind(snapshot_id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
 /// What a runner is told about the replay it leased.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct LeasedReplay {

@@ -4,9 +4,9 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use oomlens_app::api::{
-    AnalysisView, CompareSide, Comparison, Figure, Figures, ListQuery, LogAnalysisView, OomLog,
-    OomLogItem, PostMortem, RangeTables, RangeView, SnapshotItem, SnapshotList, TraceView,
-    UploadStatus, WhatIfView,
+    AnalysisView, CompareSide, Comparison, Figure, Figures, GpuReplay, GpuResult, GpuRun,
+    ListQuery, LogAnalysisView, OomLog, OomLogItem, PostMortem, RangeTables, RangeView,
+    SnapshotItem, SnapshotList, TraceView, UploadStatus, WhatIfView,
 };
 use oomlens_app::backend::{Backend, BackendError, SharedBackend};
 use oomlens_charts::Theme;
@@ -14,6 +14,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::api::{ApiError, AppState, decode_cursor, encode_cursor};
+use crate::db::replays::{self, SnapshotReplay};
 use crate::db::snapshots::{self, ListFilter, SnapshotRow};
 use crate::db::{Team, oom_logs, share_links, whatifs};
 use crate::figures::{Chart, FigureParams, Inputs, compare_categories, compare_timeline};
@@ -27,6 +28,9 @@ const PAGE: i64 = 50;
 
 /// OOM logs shown under the list.
 const RECENT_LOGS: i64 = 20;
+
+/// GPU replays a post-mortem page looks at (the newest).
+const REPLAYS: i64 = 10;
 
 /// The backend of one request: the database, scoped to the session's team.
 pub struct TeamBackend {
@@ -471,7 +475,7 @@ async fn post_mortem(
     let Some(row) = snapshots::get(pool, team_id, id).await.map_err(db_error)? else {
         return Ok(None);
     };
-    let (analysis, whatifs, figures) = if row.status == "ready" {
+    let (analysis, whatifs, figures, replays) = if row.status == "ready" {
         let analysis = match snapshots::analysis(pool, team_id, id)
             .await
             .map_err(db_error)?
@@ -487,7 +491,12 @@ async fn post_mortem(
             .map_err(db_error)?
             .into_iter()
             .filter_map(|text| match serde_json::from_str::<WhatIfView>(&text) {
-                Ok(w) => Some(w),
+                Ok(mut w) => {
+                    for o in &mut w.remedies {
+                        o.key = spec_key(&o.remedy);
+                    }
+                    Some(w)
+                }
                 Err(e) => {
                     tracing::warn!(snapshot = %id, error = %e, "a stored what-if does not read");
                     None
@@ -495,9 +504,10 @@ async fn post_mortem(
             })
             .collect();
         let figures = figures(state, team_id, id, &zoom, base).await?;
-        (analysis, whatifs, figures)
+        let replays = gpu_replays(pool, team_id, id, shared).await?;
+        (analysis, whatifs, figures, replays)
     } else {
-        (None, Vec::new(), Figures::default())
+        (None, Vec::new(), Figures::default(), Vec::new())
     };
     Ok(Some(PostMortem {
         id: row.id.to_string(),
@@ -516,7 +526,107 @@ async fn post_mortem(
         figures,
         shared,
         zoom,
+        replays,
     }))
+}
+
+/// A remedy spec normalised as the engine writes each part (`ckpt + amp=bf16` →
+/// `amp=bf16+checkpoint`), so that a what-if's row and a GPU replay's remedy match however each
+/// was spelled; a spec that does not parse is kept as given (trimmed).
+fn spec_key(spec: &str) -> String {
+    match oomlens_engine::remedies::parse_spec(spec) {
+        Ok(parts) => parts.iter().map(|r| r.spec()).collect::<Vec<_>>().join("+"),
+        Err(_) => spec.trim().to_string(),
+    }
+}
+
+/// The parts of a runner's result (`oomlens-runner replay --json`) besides the trace's own figures.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct ResultParts {
+    gpu: Option<GpuName>,
+    remedies: Vec<GpuRun>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct GpuName {
+    name: Option<String>,
+}
+
+/// Reads a runner's result JSON into the page's DTO: the trace's figures, each remedy's (with its
+/// spec normalised), and the GPU's name.
+fn read_result(text: &str) -> Result<(GpuResult, Option<String>), serde_json::Error> {
+    let trace: GpuRun = serde_json::from_str(text)?;
+    let parts: ResultParts = serde_json::from_str(text)?;
+    let remedies = parts
+        .remedies
+        .into_iter()
+        .map(|mut r| {
+            r.key = spec_key(&r.remedy);
+            r
+        })
+        .collect();
+    let gpu = parts
+        .gpu
+        .and_then(|g| g.name)
+        .filter(|n| !n.trim().is_empty());
+    Ok((GpuResult { trace, remedies }, gpu))
+}
+
+/// The page's view of one replay; `shared` pages get no download link (it needs the session).
+fn gpu_replay(r: SnapshotReplay, snapshot: Uuid, shared: bool) -> GpuReplay {
+    let SnapshotReplay { replay, runner_gpu } = r;
+    let mut error = replay.error;
+    let mut gpu = runner_gpu.filter(|n| !n.trim().is_empty());
+    let result = match replay.result.as_deref().map(read_result) {
+        Some(Ok((result, named))) => {
+            gpu = named.or(gpu);
+            Some(result)
+        }
+        Some(Err(e)) => {
+            tracing::warn!(replay = %replay.id, error = %e, "a stored GPU replay result does not read");
+            error = Some(format!("the runner's result does not read: {e}"));
+            None
+        }
+        None => None,
+    };
+    GpuReplay {
+        id: replay.id.to_string(),
+        status: replay.status,
+        capacity_bytes: u64::try_from(replay.capacity_bytes).unwrap_or(0),
+        device_memory_bytes: replay
+            .device_memory_bytes
+            .and_then(|b| u64::try_from(b).ok()),
+        alloc_conf: replay.alloc_conf.filter(|c| !c.trim().is_empty()),
+        remedies: replay.remedies,
+        created: shown(replay.created_at),
+        created_iso: iso(replay.created_at),
+        finished: replay.finished_at.map(shown),
+        finished_iso: replay.finished_at.map(iso),
+        gpu,
+        error,
+        result,
+        json_url: (!shared).then(|| format!("/snapshots/{snapshot}/replays/{}.json", replay.id)),
+        trace_url: (!shared && replay.has_trace)
+            .then(|| format!("/snapshots/{snapshot}/replays/{}.pickle.gz", replay.id)),
+    }
+}
+
+/// The newest GPU replays of team `team_id`'s snapshot `id`, newest first.
+async fn gpu_replays(
+    pool: &PgPool,
+    team_id: i64,
+    id: Uuid,
+    shared: bool,
+) -> Result<Vec<GpuReplay>, BackendError> {
+    let rows = replays::list_for_snapshot(pool, team_id, id, REPLAYS)
+        .await
+        .map_err(db_error)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| gpu_replay(r, id, shared))
+        .collect())
 }
 
 #[cfg(test)]
@@ -536,6 +646,29 @@ mod tests {
         assert_eq!(a.peak.map(|p| p.reserved_bytes), Some(10_605_297_664));
         assert!(a.oom.is_none());
         assert_eq!(a.categories_at_peak.map(|c| c.parameter.count), Some(1));
+    }
+
+    #[test]
+    fn a_runners_result_reads_into_the_page_dto_with_normalised_specs() {
+        let text = include_str!(
+            "../../../tests/data/gpu/gpt__baseline__cap10.standard-remedies.h200.json"
+        );
+        let (r, gpu) = read_result(text).expect("reads");
+        assert_eq!(gpu.as_deref(), Some("NVIDIA H200"));
+        assert!(r.trace.oom);
+        assert_eq!(r.trace.oom_event_index, Some(553));
+        assert_eq!(r.trace.fits, None);
+        assert_eq!((r.trace.stamp_errors, r.trace.blocks_stamped), (0, 347));
+        assert!(r.trace.trusted());
+        assert_eq!(r.remedies.len(), 9);
+        let half = &r.remedies[0];
+        assert_eq!(
+            (half.remedy.as_str(), half.key.as_str()),
+            ("batch=0.5", "batch=0.5")
+        );
+        assert_eq!(half.fits, Some(true));
+        assert_eq!(spec_key(" ckpt + amp=bf16"), "amp=bf16+checkpoint");
+        assert_eq!(spec_key("warp-drive"), "warp-drive");
     }
 
     #[test]

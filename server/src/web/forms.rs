@@ -190,7 +190,7 @@ fn answer(json: bool, stored: Result<Received, ApiError>) -> Response {
 }
 
 /// The text an API error shows its client.
-fn message_of(e: &ApiError) -> String {
+pub(super) fn message_of(e: &ApiError) -> String {
     match e {
         ApiError::BadRequest(m)
         | ApiError::NotFound(m)

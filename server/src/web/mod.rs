@@ -1,6 +1,7 @@
 //! The web UI on the server: the leptos app (`oomlens-app`) rendered by leptos_axum beside the
 //! REST API, the page session (an API token in an HttpOnly cookie), the form routes that change
-//! state (`/login`, `/logout`, `/upload`, `/upload/log`), the built browser half under `/pkg`, and the
+//! state (`/login`, `/logout`, `/upload`, `/upload/log`, a post-mortem's GPU replay form and its
+//! replays' JSON: [`replays`]), the built browser half under `/pkg`, and the
 //! [`backend::TeamBackend`] that answers the pages' server functions from the database.
 //!
 //! Requests flow: [`session::resolve`] turns the cookie into a [`session::Session`] (a team) in
@@ -9,6 +10,7 @@
 
 mod backend;
 mod forms;
+mod replays;
 pub(crate) mod session;
 
 use std::path::{Path, PathBuf};
@@ -106,6 +108,9 @@ pub fn router(state: &AppState, site: &Site) -> Router<AppState> {
                     .saturating_add(1 << 16),
             )),
         )
+        // The post-mortem page's GPU replays: its form, and each replay's JSON.
+        .route("/snapshots/{id}/replays", post(replays::queue))
+        .route("/snapshots/{id}/replays/{file}", get(replays::json))
         .leptos_routes_with_context(
             &web,
             routes,
