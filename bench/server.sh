@@ -26,6 +26,11 @@ for _ in $(seq 300); do grep -q "listening on" "$DIR/out" 2>/dev/null && break; 
 BASE=$(sed -n 's/^oomlens: listening on \([^ ]*\).*/\1/p' "$DIR/out")
 TOKEN=$($BIN admin create-token --team bench --name bench --data-dir "$DIR" | tail -1)
 AUTH="Authorization: Bearer $TOKEN"
+# The pages sign in with an account: a user of the same team, signed in through /login.
+printf 'bench-password\n' | $BIN admin create-user --team bench --email bench@example.com \
+  --password-stdin --data-dir "$DIR" >/dev/null
+SESSION=$(curl -sf -o /dev/null -D - -d 'email=bench@example.com&password=bench-password' "$BASE/login" \
+  | sed -n 's/^set-cookie: \(oomlens_session=[^;]*\).*/\1/ip' | tr -d '\r')
 hwm() { awk '/VmHWM/ {print $2}' "/proc/$PID/status"; }   # KiB
 now() { date +%s.%N; }
 ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", (b - a) * 1000 }'; }
@@ -58,14 +63,14 @@ mkdir -p "${FIGURES_OUT:-/tmp}" && cp "$DIR/full.png" "${FIGURES_OUT:-/tmp}/benc
 # The post-mortem page itself (server-side render: stored analysis, what-ifs, every chart in both
 # palettes), whole trace and zoomed, as a browser with the sign-in cookie asks for it. Best of 3.
 page() { best=; for _ in 1 2 3; do
-  t=$(curl -sf -o "$DIR/page.html" -w '%{time_total}' -H "Cookie: oomlens_token=$TOKEN" "$1")
+  t=$(curl -sf -o "$DIR/page.html" -w '%{time_total}' -H "Cookie: $SESSION" "$1")
   best=$(awk -v a="$t" -v b="${best:-9e9}" 'BEGIN{print (a < b) ? a : b}'); done; echo "$best"; }
 pg_full=$(page "$BASE/snapshots/$id")
 pg_size=$(stat -c %s "$DIR/page.html")
 grep -q 'data-testid="verdict"' "$DIR/page.html" || { echo "the page has no verdict" >&2; exit 1; }
 pg_zoom=$(page "$BASE/snapshots/$id?from=400000&to=409618")
 # A remedy overlaid on the timeline: its first view replays the remedy (then it is stored).
-ov_first=$(curl -sf -o "$DIR/overlay.html" -w '%{time_total}' -H "Cookie: oomlens_token=$TOKEN" "$BASE/snapshots/$id?remedy=amp%3Dbf16")
+ov_first=$(curl -sf -o "$DIR/overlay.html" -w '%{time_total}' -H "Cookie: $SESSION" "$BASE/snapshots/$id?remedy=amp%3Dbf16")
 grep -q 'data-testid="overlay"' "$DIR/overlay.html" || { echo "the page has no overlay" >&2; exit 1; }
 ov_again=$(page "$BASE/snapshots/$id?remedy=amp%3Dbf16")
 hwm_after_large=$(hwm)

@@ -1,15 +1,18 @@
-//! The frame of every page (the header: product, team, navigation, sign out) and the inline
+//! The frame of every page (the header: product, team, user, navigation, sign out) and the inline
 //! charts that the server draws.
 
 use leptos::prelude::*;
 
+use crate::account::{CsrfField, SessionResource, current_session};
 use crate::api::Figure;
-use crate::backend::current_team;
 
-/// The page frame for signed-in pages: the header with the team's name, then `children`.
+/// The page frame for signed-in pages: the header with the team's name, the user and their role,
+/// then `children`. It loads the session once and provides it ([`SessionResource`]) to the page's
+/// forms ([`CsrfField`]).
 #[component]
 pub fn Layout(children: Children) -> impl IntoView {
-    let team = Resource::new(|| (), |()| current_team());
+    let session = Resource::new(|| (), |()| current_session());
+    provide_context(SessionResource(session));
     view! {
         <header class="top">
             <a class="brand" href="/snapshots">"oomlens"</a>
@@ -17,15 +20,21 @@ pub fn Layout(children: Children) -> impl IntoView {
                 <a href="/snapshots">"Post-mortems"</a>
                 <a href="/upload">"Upload"</a>
                 <a href="/compare">"Compare"</a>
+                <a href="/team">"Team"</a>
                 <a href="/api/v1/docs" rel="external">"API docs"</a>
             </nav>
             <Suspense fallback=|| ()>
                 {move || Suspend::new(async move {
-                    let name = team.await.ok().flatten();
+                    let me = session.await.ok().flatten();
                     view! {
                         <div class="session">
-                            {name.map(|n| view! { <span class="team" data-testid="team">{n}</span> })}
+                            {me.map(|m| view! {
+                                <span class="team" data-testid="team">{m.team}</span>
+                                <span class="user" data-testid="user">{m.email}</span>
+                                <span class="role" data-testid="role">{m.role}</span>
+                            })}
                             <form method="post" action="/logout" class="signout">
+                                <CsrfField/>
                                 <button type="submit" class="link">"Sign out"</button>
                             </form>
                         </div>

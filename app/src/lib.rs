@@ -4,15 +4,18 @@
 //! - [`api`]: the DTOs the pages show (no SQL, no server types);
 //! - [`backend`]: the `Backend` trait the server implements, and the server functions that
 //!   delegate to it (the dependency arrow is `server → app`, never back);
+//! - [`account`]: the signed-in user, the team page's data, the forms' CSRF field;
 //! - [`pages`]: one module per page; [`components`]: the frame and the chart slots;
 //! - [`App`] (the router) and [`shell`] (the HTML document around it).
 //!
 //! Every page is complete HTML without JavaScript: data routes render with `SsrMode::Async`, and
-//! everything that changes state is a plain `<form>` posting to a server route.
+//! everything that changes state is a plain `<form>` posting to a server route, with the
+//! session's CSRF token in its first field ([`account::CsrfField`]).
 
 // The pages' view types nest deeply (tachys builds one static type per view tree).
 #![recursion_limit = "256"]
 
+pub mod account;
 pub mod api;
 pub mod backend;
 pub mod components;
@@ -27,11 +30,13 @@ use leptos_router::{SsrMode, path};
 
 use pages::NotFoundPage;
 use pages::compare::ComparePage;
+use pages::invite::InvitePage;
 use pages::login::LoginPage;
 use pages::oom_log::OomLogPage;
 use pages::post_mortem::PostMortemPage;
 use pages::shared::SharedPage;
 use pages::snapshots::SnapshotsPage;
+use pages::team::TeamPage;
 use pages::upload::UploadPage;
 
 /// Where the built browser half lives under the site root (`/pkg/oomlens.js`, `.wasm`, `.css`).
@@ -86,6 +91,8 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/s/:secret") view=SharedPage ssr=SsrMode::Async/>
                 <Route path=path!("/logs/:id") view=OomLogPage ssr=SsrMode::Async/>
                 <Route path=path!("/compare") view=ComparePage ssr=SsrMode::Async/>
+                <Route path=path!("/team") view=TeamPage ssr=SsrMode::Async/>
+                <Route path=path!("/invite/:token") view=InvitePage ssr=SsrMode::Async/>
             </Routes>
         </Router>
     }

@@ -17,23 +17,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::api::params::{ApiQuery, empty_as_none};
-use crate::api::{ApiError, AppState};
-use crate::db::{Team, share_links, snapshots, tokens, whatifs};
-
-/// The team of a request: `Authorization: Bearer` or the sign-in cookie.
-pub async fn team_of(state: &AppState, headers: &HeaderMap) -> Result<Option<Team>, ApiError> {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim().to_string());
-    let token = bearer.or_else(|| crate::web::session::token_of(headers));
-    match token {
-        Some(t) => Ok(tokens::authenticate(&state.get().pool, &t).await?),
-        None => Ok(None),
-    }
-}
+use crate::api::{ApiError, AppState, team_of};
+use crate::db::{share_links, snapshots, whatifs};
 
 /// Size, theme and zoom.
 #[derive(Debug, Clone, Default, Deserialize)]

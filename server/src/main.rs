@@ -4,6 +4,7 @@
 //! hostile pickle, an unreadable path) — one line on stderr naming the file and what is wrong;
 //! 1 anything else, and a CI gate that failed (`oomlens upload`). A closed stdout (`oomlens analyze … | head`) is not an error.
 
+mod accounts;
 mod api;
 mod blob;
 mod cli;

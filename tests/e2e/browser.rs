@@ -1,5 +1,6 @@
 //! The web UI in real headless Chromium (Debian's `/usr/bin/chromium`, a fresh profile per
-//! browser; see `oomlens_e2e::browser`): sign in by typing the token, upload a snapshot through
+//! browser; see `oomlens_e2e::browser`): sign in by typing an account's email and password
+//! (`oomlens admin create-user`), upload a snapshot through
 //! the page, wait for the post-mortem, and check its numbers against the API's JSON, that its
 //! charts really loaded, that the wasm hydrated the page and that no script failed; then the same
 //! post-mortem through a share link in a browser without the cookie. Full-page screenshots of
@@ -31,7 +32,7 @@ const PAGE: Duration = Duration::from_secs(15);
 const ANALYSIS: Duration = Duration::from_secs(40);
 
 /// The sign-in form's button.
-const SIGN_IN: &str = "main form:has(input#token) button[type=submit]";
+const SIGN_IN: &str = "main form:has(input#password) button[type=submit]";
 /// The upload form's button (not the header's "Sign out", also a form's button).
 const UPLOAD: &str = "main form:has(input#file) button[type=submit]";
 
@@ -226,18 +227,21 @@ fn browser_sign_in_upload_and_read_the_post_mortem() {
     let s = TestServer::start(&[]);
     let team = unique("browser");
     let token = s.token(&team);
+    let email = format!("{}@example.com", unique("browser"));
+    let password = s.user(&team, &email, "member");
     let chromium = Chromium::launch();
 
-    // Signed out: the app sends the browser to the sign-in page.
+    // Signed out: the app sends the browser to the sign-in page, which comes back here.
     let tab = chromium.open(&s.url("/snapshots"));
     tab.wait_until(
-        "location.pathname === '/login' && !!document.querySelector('input#token')",
+        "location.pathname === '/login' && !!document.querySelector('input#password')",
         PAGE,
         "the sign-in page",
     );
     tab.wait_hydrated(PAGE);
     tab.screenshot("login");
-    tab.type_into("input#token", &token);
+    tab.type_into("input#email", &email);
+    tab.type_into("input#password", &password);
     tab.click(SIGN_IN);
     tab.wait_until(
         "location.pathname === '/snapshots' && !!document.querySelector('[data-testid=no-snapshots]')",
@@ -532,7 +536,10 @@ fn browser_a_gpu_verified_post_mortem_hydrates_and_queues_another_replay() {
     }
     let t0 = Instant::now();
     let s = TestServer::start(&[]);
-    let token = s.token(&unique("browser-gpu"));
+    let team = unique("browser-gpu");
+    let token = s.token(&team);
+    let email = format!("{}@example.com", unique("browser-gpu"));
+    let password = s.user(&team, &email, "member");
     let created: Value = client()
         .post(s.url("/api/v1/snapshots?name=gpt-gpu"))
         .bearer_auth(&token)
@@ -591,12 +598,13 @@ fn browser_a_gpu_verified_post_mortem_hydrates_and_queues_another_replay() {
     let chromium = Chromium::launch();
     let tab = chromium.open(&s.url("/login"));
     tab.wait_until(
-        "!!document.querySelector('input#token')",
+        "!!document.querySelector('input#password')",
         PAGE,
         "the sign-in page",
     );
     tab.wait_hydrated(PAGE);
-    tab.type_into("input#token", &token);
+    tab.type_into("input#email", &email);
+    tab.type_into("input#password", &password);
     tab.click(SIGN_IN);
     tab.wait_until(
         "location.pathname === '/snapshots'",

@@ -1,5 +1,6 @@
 //! End-to-end tests: the real `oomlens` binary on real files. One binary, modules by area.
 
+mod accounts;
 mod admin;
 mod browser;
 mod cli_analyze;

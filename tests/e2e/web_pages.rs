@@ -40,21 +40,6 @@ fn set_cookie(r: &Response) -> String {
         .to_string()
 }
 
-/// Signs in through the form; the `Cookie` header value to send from then on.
-fn sign_in(s: &TestServer, token: &str) -> String {
-    let r = browser()
-        .post(s.url("/login"))
-        .form(&[("token", token)])
-        .send()
-        .expect("POST /login");
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(location(&r), "/snapshots");
-    let cookie = set_cookie(&r);
-    let pair = cookie.split(';').next().unwrap_or("").trim().to_string();
-    assert!(pair.starts_with("oomlens_token="), "{cookie}");
-    pair
-}
-
 /// GET with the session cookie: status and body.
 fn page(s: &TestServer, cookie: &str, path: &str) -> (StatusCode, String) {
     let r = browser()
@@ -79,6 +64,7 @@ fn text_of(html: &str, id: &str) -> String {
 
 fn upload_form(s: &TestServer, cookie: &str, data: Vec<u8>, name: &str) -> Response {
     let form = multipart::Form::new()
+        .text("csrf", s.csrf(cookie))
         .part(
             "file",
             multipart::Part::bytes(data).file_name("oom.pickle.gz"),
@@ -98,7 +84,10 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
     let team = unique("web-a");
     let token = s.token(&team);
 
-    // Without a cookie: every page with team data goes to the sign-in page.
+    let email = format!("{}@example.com", unique("web"));
+    let password = s.user(&team, &email, "member");
+
+    // Without a cookie: every page with team data goes to the sign-in page, which comes back.
     for path in [
         "/",
         "/snapshots",
@@ -107,34 +96,40 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
     ] {
         let r = browser().get(s.url(path)).send().expect("GET");
         assert_eq!(r.status(), StatusCode::SEE_OTHER, "{path}");
-        assert_eq!(location(&r), "/login", "{path}");
+        assert!(location(&r).starts_with("/login"), "{path}");
     }
+    let r = browser().get(s.url("/upload")).send().expect("GET");
+    assert_eq!(location(&r), "/login?next=%2Fupload");
     let (code, login) = page(&s, "", "/login");
     assert_eq!(code, StatusCode::OK);
-    assert!(login.contains("name=\"token\""), "{login}");
+    assert!(login.contains("name=\"email\""), "{login}");
+    assert!(login.contains("name=\"password\""), "{login}");
     assert!(
         login.contains("/pkg/oomlens.js"),
         "the site is not built: run scripts/build-ui.sh first: {login}"
     );
 
-    // A bad token: back to the form, with an error.
-    let r = browser()
-        .post(s.url("/login"))
-        .form(&[("token", "oomlens_nope")])
-        .send()
-        .expect("POST /login");
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(location(&r), "/login?error=invalid");
-    assert!(set_cookie(&r).is_empty());
-    let (_, again) = page(&s, "", "/login?error=invalid");
-    assert!(again.contains("That token is not valid"), "{again}");
+    // A wrong password, or an API token: a 401 page with the form again, and no cookie.
+    for (e, p) in [(email.as_str(), "wrong password"), (token.as_str(), "")] {
+        let r = browser()
+            .post(s.url("/login"))
+            .form(&[("email", e), ("password", p)])
+            .send()
+            .expect("POST /login");
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert!(set_cookie(&r).is_empty());
+        let again = r.text().expect("page");
+        assert!(again.contains("Wrong email or password."), "{again}");
+        assert!(again.contains("name=\"password\""), "{again}");
+    }
 
     // The cookie: HttpOnly, SameSite=Lax, Path=/, Secure only behind https.
     let r = browser()
         .post(s.url("/login"))
-        .form(&[("token", token.as_str())])
+        .form(&[("email", email.as_str()), ("password", password.as_str())])
         .send()
         .expect("POST /login");
+    assert_eq!(location(&r), "/snapshots");
     let c = set_cookie(&r);
     for attr in ["HttpOnly", "SameSite=Lax", "Path=/"] {
         assert!(c.contains(attr), "{attr}: {c}");
@@ -143,12 +138,12 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
     let r = browser()
         .post(s.url("/login"))
         .header("x-forwarded-proto", "https")
-        .form(&[("token", token.as_str())])
+        .form(&[("email", email.as_str()), ("password", password.as_str())])
         .send()
         .expect("POST /login");
     assert!(set_cookie(&r).contains("; Secure"), "{}", set_cookie(&r));
 
-    let cookie = sign_in(&s, &token);
+    let cookie = s.sign_in(&email, &password);
     let r = browser()
         .get(s.url("/"))
         .header(COOKIE, &cookie)
@@ -356,7 +351,7 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
     }
 
     // Another team: a 404 page with none of it.
-    let other = sign_in(&s, &s.token(&unique("web-b")));
+    let other = s.web_user(&unique("web-b"), "member");
     let (code, theirs) = page(&s, &other, &to);
     assert_eq!(code, StatusCode::NOT_FOUND);
     assert!(theirs.contains("No such post-mortem"), "{theirs}");
@@ -385,6 +380,7 @@ fn sign_in_upload_and_read_the_post_mortem_without_javascript() {
     let r = browser()
         .post(s.url("/logout"))
         .header(COOKIE, &cookie)
+        .form(&[("csrf", s.csrf(&cookie))])
         .send()
         .expect("POST /logout");
     assert_eq!(location(&r), "/login");
@@ -410,7 +406,7 @@ fn without_a_built_site_the_pages_say_how_to_build_it_and_the_api_works() {
 fn a_post_mortem_being_analysed_refreshes_itself() {
     // No workers: the upload stays pending.
     let s = TestServer::start(&["--workers", "0"]);
-    let cookie = sign_in(&s, &s.token(&unique("web-pending")));
+    let cookie = s.web_user(&unique("web-pending"), "member");
     let r = upload_form(
         &s,
         &cookie,
@@ -444,6 +440,7 @@ fn upload_file(
     accept: &str,
 ) -> Response {
     let form = multipart::Form::new()
+        .text("csrf", s.csrf(cookie))
         .part(
             "file",
             multipart::Part::bytes(data).file_name(file_name.to_string()),
@@ -473,8 +470,9 @@ fn api_message(s: &TestServer, token: &str, id: &str) -> Value {
 fn an_oom_log_uploaded_or_pasted_lands_on_its_page_without_javascript() {
     // Logs are analysed in the request: no workers needed (and snapshots stay pending).
     let s = TestServer::start(&["--workers", "0"]);
-    let token = s.token(&unique("web-log"));
-    let cookie = sign_in(&s, &token);
+    let team = unique("web-log");
+    let token = s.token(&team);
+    let cookie = s.web_user(&team, "member");
     let b = |v: &Value| Bytes(v.as_u64().expect("a byte count")).to_string();
 
     // A log file through the upload form: told from a snapshot by content, to its page.
@@ -520,7 +518,11 @@ fn an_oom_log_uploaded_or_pasted_lands_on_its_page_without_javascript() {
     let r = browser()
         .post(s.url("/upload/log"))
         .header(COOKIE, &cookie)
-        .form(&[("log", pasted.as_str()), ("name", "pasted-step")])
+        .form(&[
+            ("csrf", s.csrf(&cookie).as_str()),
+            ("log", pasted.as_str()),
+            ("name", "pasted-step"),
+        ])
         .send()
         .expect("POST /upload/log");
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
@@ -560,7 +562,11 @@ fn an_oom_log_uploaded_or_pasted_lands_on_its_page_without_javascript() {
     let r = browser()
         .post(s.url("/upload/log"))
         .header(COOKIE, &cookie)
-        .form(&[("log", "  "), ("name", "")])
+        .form(&[
+            ("csrf", s.csrf(&cookie).as_str()),
+            ("log", "  "),
+            ("name", ""),
+        ])
         .send()
         .expect("POST /upload/log");
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
@@ -608,7 +614,7 @@ fn an_oom_log_uploaded_or_pasted_lands_on_its_page_without_javascript() {
     );
 
     // Another team, no session, not an id: nothing of it.
-    let other = sign_in(&s, &s.token(&unique("web-log-b")));
+    let other = s.web_user(&unique("web-log-b"), "member");
     let (code, theirs) = page(&s, &other, &to);
     assert_eq!(code, StatusCode::NOT_FOUND);
     assert!(theirs.contains("No such OOM log"), "{theirs}");
@@ -620,14 +626,15 @@ fn an_oom_log_uploaded_or_pasted_lands_on_its_page_without_javascript() {
     assert_eq!(code, StatusCode::NOT_FOUND);
     let r = browser().get(s.url(&to)).send().expect("GET");
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(location(&r), "/login");
+    assert!(location(&r).starts_with("/login?next="), "{}", location(&r));
 }
 
 #[test]
 fn a_remedy_overlays_the_timeline_and_downloads_as_a_memory_viz_pickle() {
     let s = TestServer::start(&[]);
-    let token = s.token(&unique("web-remedy"));
-    let cookie = sign_in(&s, &token);
+    let team = unique("web-remedy");
+    let token = s.token(&team);
+    let cookie = s.web_user(&team, "member");
     let r = browser()
         .post(s.url("/api/v1/snapshots?name=remedy"))
         .bearer_auth(&token)
@@ -749,8 +756,9 @@ fn signed(a: u64, b: u64) -> String {
 #[test]
 fn two_post_mortems_compare_side_by_side_without_javascript() {
     let s = TestServer::start(&[]);
-    let token = s.token(&unique("web-cmp"));
-    let cookie = sign_in(&s, &token);
+    let team = unique("web-cmp");
+    let token = s.token(&team);
+    let cookie = s.web_user(&team, "member");
     let upload = |path: &str, name: &str| {
         let r = upload_form(
             &s,
@@ -776,7 +784,7 @@ fn two_post_mortems_compare_side_by_side_without_javascript() {
     // Without a cookie: to the sign-in page, like every page with team data.
     let r = browser().get(s.url("/compare")).send().expect("GET");
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(location(&r), "/login");
+    assert_eq!(location(&r), "/login?next=%2Fcompare");
 
     // The post-mortem links to the form, which lists both runs with A chosen.
     let (_, pm) = page(&s, &cookie, &format!("/snapshots/{id_a}"));
@@ -841,7 +849,7 @@ fn two_post_mortems_compare_side_by_side_without_javascript() {
         assert!(!missing.contains("cmp-full"), "{missing}");
     }
     // Another team: the same 404, and its form lists none of them.
-    let other = sign_in(&s, &s.token(&unique("web-cmp-b")));
+    let other = s.web_user(&unique("web-cmp-b"), "member");
     let (code, theirs) = page(&s, &other, &format!("/compare?a={id_a}&b={id_b}"));
     assert_eq!(code, StatusCode::NOT_FOUND);
     for secret in ["cmp-capped", "cmp-full", site] {
@@ -911,8 +919,9 @@ fn gpu_verdict(row: &str) -> (String, String) {
 #[test]
 fn a_gpu_replay_is_queued_from_the_page_and_its_answer_marks_the_verdict_and_the_remedies() {
     let s = TestServer::start(&[]);
-    let token = s.token(&unique("web-gpu"));
-    let cookie = sign_in(&s, &token);
+    let team = unique("web-gpu");
+    let token = s.token(&team);
+    let cookie = s.web_user(&team, "member");
     let recorded: Value = serde_json::from_slice(
         &std::fs::read(workspace().join(GPU_RESULT)).expect("the recorded replay"),
     )
@@ -996,10 +1005,12 @@ fn a_gpu_replay_is_queued_from_the_page_and_its_answer_marks_the_verdict_and_the
         .expect("POST");
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(location(&r), "/login");
+    let csrf = s.csrf(&cookie);
     let r = browser()
         .post(&form_url)
         .header(COOKIE, &cookie)
         .form(&[
+            ("csrf", csrf.clone()),
             ("capacity_bytes", capacity.to_string()),
             ("remedy", "warp-drive".into()),
         ])
@@ -1013,11 +1024,13 @@ fn a_gpu_replay_is_queued_from_the_page_and_its_answer_marks_the_verdict_and_the
     );
     let (_, html) = page(&s, &cookie, &back);
     assert!(text_of(&html, "gpu-error").contains("warp-drive"), "{html}");
-    let other = sign_in(&s, &s.token(&unique("web-gpu-b")));
+    let other = s.web_user(&unique("web-gpu-b"), "member");
+    let mut other_fields = vec![("csrf", s.csrf(&other))];
+    other_fields.extend(fields.iter().cloned());
     let r = browser()
         .post(&form_url)
         .header(COOKIE, &other)
-        .form(&fields)
+        .form(&other_fields)
         .send()
         .expect("POST");
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
@@ -1028,10 +1041,12 @@ fn a_gpu_replay_is_queued_from_the_page_and_its_answer_marks_the_verdict_and_the
         )),
         "0"
     );
+    let mut own_fields = vec![("csrf", csrf.clone())];
+    own_fields.extend(fields.iter().cloned());
     let r = browser()
         .post(&form_url)
         .header(COOKIE, &cookie)
-        .form(&fields)
+        .form(&own_fields)
         .send()
         .expect("POST");
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
@@ -1211,7 +1226,7 @@ fn a_gpu_replay_is_queued_from_the_page_and_its_answer_marks_the_verdict_and_the
     assert_eq!(code, StatusCode::NOT_FOUND);
     let r = browser().get(s.url(&json_path)).send().expect("GET");
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(location(&r), "/login");
+    assert!(location(&r).starts_with("/login"), "{}", location(&r));
 
     // The replay's trace on the GPU, linked from the mark, downloads as uploaded.
     let trace_path = format!("/snapshots/{id}/replays/{replay}.pickle.gz");

@@ -1,6 +1,7 @@
 //! A real `oomlens serve` for the end-to-end tests: its own data directory (so its own embedded
-//! PostgreSQL, or `DATABASE_URL` when the environment sets it), a free port, tokens made with
-//! `oomlens admin`, a blocking HTTP client, and a stop that checks nothing is left behind.
+//! PostgreSQL, or `DATABASE_URL` when the environment sets it), a free port, tokens and users made
+//! with `oomlens admin`, sign-in through the real `/login` form, a blocking HTTP client, and a
+//! stop that checks nothing is left behind.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -145,6 +146,89 @@ impl TestServer {
             .to_string()
     }
 
+    /// A new web user `email` of `team` (created if needed) with `role`, through
+    /// `oomlens admin create-user --password-stdin`; returns the password.
+    pub fn user(&self, team: &str, email: &str, role: &str) -> String {
+        use std::io::Write as _;
+        let password = format!("pw-{role}-{}", unique("e2e"));
+        let mut child = Command::new(oomlens_bin())
+            .current_dir(workspace())
+            .args([
+                "admin",
+                "create-user",
+                "--team",
+                team,
+                "--email",
+                email,
+                "--role",
+                role,
+                "--password-stdin",
+                "--data-dir",
+            ])
+            .arg(&self.data_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run oomlens admin create-user");
+        if let Some(mut stdin) = child.stdin.take() {
+            writeln!(stdin, "{password}").expect("write the password");
+        }
+        let out = child.wait_with_output().expect("wait for oomlens admin");
+        assert!(
+            out.status.success(),
+            "admin create-user failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        password
+    }
+
+    /// Signs in through the real `/login` form; the `Cookie` header value to send from then on
+    /// (`oomlens_session=…`).
+    pub fn sign_in(&self, email: &str, password: &str) -> String {
+        let r = reqwest::blocking::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("an HTTP client")
+            .post(self.url("/login"))
+            .form(&[("email", email), ("password", password)])
+            .send()
+            .expect("POST /login");
+        assert_eq!(
+            r.status(),
+            reqwest::StatusCode::SEE_OTHER,
+            "sign-in of {email} failed"
+        );
+        let cookie = r
+            .headers()
+            .get(reqwest::header::SET_COOKIE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let pair = cookie.split(';').next().unwrap_or("").trim().to_string();
+        assert!(pair.starts_with("oomlens_session="), "{cookie}");
+        pair
+    }
+
+    /// A new user of `team` with `role` (a unique email), signed in: their `Cookie` header value.
+    pub fn web_user(&self, team: &str, role: &str) -> String {
+        let email = format!("{}@example.com", unique(role));
+        let password = self.user(team, &email, role);
+        self.sign_in(&email, &password)
+    }
+
+    /// The CSRF token of the session `cookie` (the hidden `csrf` field of the upload page).
+    pub fn csrf(&self, cookie: &str) -> String {
+        let html = client()
+            .get(self.url("/upload"))
+            .header(reqwest::header::COOKIE, cookie)
+            .send()
+            .and_then(reqwest::blocking::Response::text)
+            .expect("GET /upload");
+        csrf_in(&html).unwrap_or_else(|| panic!("no csrf field in the upload page: {html}"))
+    }
+
     /// Runs SQL on the server's database with psql (the embedded cluster's socket, or
     /// `DATABASE_URL`); returns psql's unaligned output.
     pub fn sql(&self, query: &str) -> String {
@@ -218,6 +302,13 @@ pub fn postgres_running_under(dir: &Path) -> bool {
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         cmdline.contains("postgres") && cmdline.contains(&needle)
     })
+}
+
+/// The value of the first hidden `csrf` field in a page.
+pub fn csrf_in(html: &str) -> Option<String> {
+    let at = html.find("name=\"csrf\" value=\"")? + "name=\"csrf\" value=\"".len();
+    let end = html[at..].find('"')?;
+    Some(html[at..at + end].to_string()).filter(|t| !t.is_empty())
 }
 
 /// A blocking HTTP client.

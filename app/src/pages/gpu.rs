@@ -13,6 +13,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
+use crate::account::CsrfField;
 use crate::api::{GpuReplay, GpuRun, WhatIfOutcome, WhatIfView};
 use crate::format::bytes;
 
@@ -426,6 +427,7 @@ pub fn ReplayForm(id: String, capacity_bytes: u64, remedies: Vec<String>) -> imp
     );
     view! {
         <form method="post" action=action class="gpu-replay" data-testid="gpu-replay-form">
+            <CsrfField/>
             <input type="hidden" name="capacity_bytes" value=capacity_bytes.to_string()/>
             {remedies.into_iter().map(|r| view! {
                 <input type="hidden" name="remedy" value=r/>

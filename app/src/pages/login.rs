@@ -1,6 +1,7 @@
-//! `/login`: one field, an API token (`oomlens admin create-token`). The form posts to the
-//! server's `/login` route (server/src/web), which sets the session cookie and redirects to
-//! `/snapshots`, or back here with `?error=invalid`. Accounts come later.
+//! `/login`: email and password of an account (`oomlens admin create-user`, or an invitation
+//! link). The form posts to the server's `/login` route (server/src/web), which starts a session
+//! (an HttpOnly cookie) and goes on to `next` (the page that asked for a sign-in), or answers 401
+//! with the form again. API tokens do not sign in here: they are for the REST API.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
@@ -12,15 +13,15 @@ use crate::components::BareHeader;
 pub fn LoginPage() -> impl IntoView {
     let query = use_query_map();
     let error = move || query.read().get("error");
-    view! { <LoginView error=error()/> }
+    let next = move || query.read().get("next").unwrap_or_default();
+    view! { <LoginView error=error() next=next()/> }
 }
 
-/// The sign-in form, with the error of the previous attempt if any.
+/// The sign-in form, with the error of the previous attempt if any, and the page to go on to.
 #[component]
-pub fn LoginView(error: Option<String>) -> impl IntoView {
+pub fn LoginView(error: Option<String>, #[prop(optional)] next: String) -> impl IntoView {
     let message = error.map(|e| match e.as_str() {
-        "invalid" => "That token is not valid: it is unknown or was revoked.".to_string(),
-        "empty" => "Paste a token first.".to_string(),
+        "invalid" => "Wrong email or password.".to_string(),
         other => other.to_string(),
     });
     view! {
@@ -29,15 +30,35 @@ pub fn LoginView(error: Option<String>) -> impl IntoView {
             <h1>"Sign in"</h1>
             {message.map(|m| view! { <p class="error" role="alert" data-testid="login-error">{m}</p> })}
             <form method="post" action="/login" class="stack">
-                <label for="token">"API token"</label>
-                <input id="token" name="token" type="password" autocomplete="off" required
-                    placeholder="oomlens_…"/>
+                <input type="hidden" name="next" value=next/>
+                <label for="email">"Email"</label>
+                <input id="email" name="email" type="email" autocomplete="username" required/>
+                <label for="password">"Password"</label>
+                <input id="password" name="password" type="password" autocomplete="current-password" required/>
                 <button type="submit">"Sign in"</button>
             </form>
             <p class="hint">
-                "A token of your team, from " <code>"oomlens admin create-token --team TEAM --name NAME"</code>
-                ". It is kept in an HttpOnly cookie until you sign out."
+                "No account? Ask an admin of your team for an invitation link, or an operator for "
+                <code>"oomlens admin create-user"</code>
+                ". Scripts and CI use API tokens instead (" <code>"oomlens admin create-token"</code> ")."
             </p>
         </main>
+    }
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_form_asks_for_email_and_password_and_keeps_next() {
+        let html =
+            crate::render(|| view! { <LoginView error=None next="/snapshots/0b6f".to_string()/> });
+        assert!(html.contains("name=\"email\""), "{html}");
+        assert!(html.contains("name=\"password\""), "{html}");
+        assert!(html.contains("value=\"/snapshots/0b6f\""), "{html}");
+        assert!(!html.contains("name=\"token\""), "{html}");
+        let html = crate::render(|| view! { <LoginView error=Some("invalid".to_string())/> });
+        assert!(html.contains("Wrong email or password."), "{html}");
     }
 }

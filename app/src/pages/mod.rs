@@ -5,11 +5,13 @@
 
 pub mod compare;
 pub mod gpu;
+pub mod invite;
 pub mod login;
 pub mod oom_log;
 pub mod post_mortem;
 pub mod shared;
 pub mod snapshots;
+pub mod team;
 pub mod upload;
 
 use leptos::prelude::*;

@@ -14,6 +14,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
+use crate::account::{CsrfField, ReadOnlyNotice};
 use crate::components::Layout;
 use crate::format::bytes;
 
@@ -24,6 +25,7 @@ pub fn UploadPage() -> impl IntoView {
     let error = move || query.read().get("error");
     view! {
         <Layout>
+            <ReadOnlyNotice/>
             <UploadView error=error()/>
         </Layout>
     }
@@ -69,6 +71,7 @@ pub fn UploadView(error: Option<String>) -> impl IntoView {
         {move || ui.error.get().map(|m| view! { <p class="error" role="alert" data-testid="upload-error">{m}</p> })}
         <form node_ref=ui.form method="post" action="/upload" enctype="multipart/form-data" class="stack"
             on:submit=move |ev| ui.on_submit(ev)>
+            <CsrfField/>
             <label for="file" class="dropzone" class:dragging=move || ui.dragging.get() data-testid="dropzone"
                 on:dragover=move |ev| ui.on_dragover(ev)
                 on:dragleave=move |_| ui.dragging.set(false)
@@ -91,6 +94,7 @@ pub fn UploadView(error: Option<String>) -> impl IntoView {
         </p>
         <h2>"Or paste a log"</h2>
         <form method="post" action="/upload/log" class="stack">
+            <CsrfField/>
             <label for="log">"The OOM error and its traceback"</label>
             <textarea id="log" name="log" rows="10" required spellcheck="false"
                 placeholder="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate …"></textarea>

@@ -1,34 +1,82 @@
-//! Bearer-token authentication: the extractor that turns `Authorization: Bearer TOKEN` into the
-//! caller's team, or answers 401.
+//! Who is calling the API: `Authorization: Bearer TOKEN` (a team's API token, which acts as a
+//! member of the team: tokens have no roles), or else the web UI's session cookie, so that the
+//! browser's own pages may call the API. With a session, a request that changes something (any
+//! method but GET, HEAD and OPTIONS) must not be cross-site, must carry the session's CSRF token
+//! in `x-csrf-token`, and is refused to a viewer (403). Neither: 401.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method};
 
 use super::{ApiError, AppState};
 use crate::db::{Team, tokens};
+use crate::web::{csrf, session};
 
 /// The authenticated caller's team.
 #[derive(Debug, Clone)]
 pub struct Caller(pub Team);
 
+/// The bearer token of a request, if it sends one.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+}
+
+/// The team of a request that only reads (the chart files): its bearer token's, else its
+/// session's; `None` when it has neither (or they are not valid).
+pub async fn team_of(state: &AppState, headers: &HeaderMap) -> Result<Option<Team>, ApiError> {
+    if let Some(token) = bearer(headers) {
+        return Ok(tokens::authenticate(&state.get().pool, token).await?);
+    }
+    Ok(session::lookup(state, headers).await?.map(|s| s.team))
+}
+
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if let Some(token) = bearer(&parts.headers) {
+            if token.is_empty() {
+                return Err(ApiError::Unauthorized);
+            }
+            return match tokens::authenticate(&state.get().pool, token).await? {
+                Some(team) => Ok(Caller(team)),
+                None => Err(ApiError::Unauthorized),
+            };
+        }
+        let s = session::lookup(state, &parts.headers)
+            .await?
+            .ok_or(ApiError::Unauthorized)?;
+        if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
+            return Ok(Caller(s.team));
+        }
+        if let Some(why) = csrf::cross_site(&parts.headers) {
+            return Err(ApiError::Forbidden(format!(
+                "cross-site request refused: {why}"
+            )));
+        }
         let token = parts
             .headers
-            .get(AUTHORIZATION)
+            .get(csrf::HEADER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, rest) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-            })
-            .filter(|t| !t.is_empty())
-            .ok_or(ApiError::Unauthorized)?;
-        match tokens::authenticate(&state.get().pool, token).await? {
-            Some(team) => Ok(Caller(team)),
-            None => Err(ApiError::Unauthorized),
+            .unwrap_or("");
+        if !csrf::same_token(token.trim(), &s.csrf) {
+            return Err(ApiError::Forbidden(format!(
+                "a request with the session cookie that changes something needs the session's CSRF token in the `{}` header",
+                csrf::HEADER
+            )));
         }
+        if !s.role.can_write() {
+            return Err(ApiError::Forbidden(
+                "viewers can read the team's objects but not change them".into(),
+            ));
+        }
+        Ok(Caller(s.team))
     }
 }

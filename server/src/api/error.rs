@@ -13,6 +13,9 @@ pub enum ApiError {
     BadRequest(String),
     /// 401: no token, or not a valid one.
     Unauthorized,
+    /// 403: signed in, but not allowed: a viewer changing something, a non-admin inviting, or a
+    /// browser request without its CSRF token.
+    Forbidden(String),
     /// 404: no such object for this team (another team's object is also this).
     NotFound(String),
     /// 409: the request conflicts with the object's state (a runner's lease was lost).
@@ -66,9 +69,10 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
-                "no valid API token: send `Authorization: Bearer TOKEN` with a token from `oomlens admin create-token`"
+                "no valid API token: send `Authorization: Bearer TOKEN` with a token from `oomlens admin create-token` (or sign in to the web UI)"
                     .to_string(),
             ),
+            ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, m),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, m),
             ApiError::Conflict(m) => (StatusCode::CONFLICT, m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m),

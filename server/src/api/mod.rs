@@ -1,4 +1,5 @@
-//! The HTTP interface: the REST API under `/api/v1` (bearer tokens, every object scoped by team),
+//! The HTTP interface: the REST API under `/api/v1` (bearer tokens, or the web UI's session: see
+//! [`auth`]; every object scoped by team),
 //! its OpenAPI document and docs page, `/health` and `/metrics`. Handlers validate, call the
 //! database and blob store, and leave analysis to the workers.
 
@@ -32,6 +33,7 @@ use tokio::sync::Semaphore;
 use crate::blob::BlobStore;
 use crate::ingest::Limits;
 
+pub use auth::team_of;
 pub use error::ApiError;
 // For the web UI (crate::web): the same upload path and cursors as the API.
 pub(crate) use oom_logs::{MAX_BYTES as MAX_LOG_BYTES, store_log};

@@ -361,6 +361,8 @@ async fn spool_request(
                 "commit" => params.commit = value.or(params.commit),
                 "job_url" => params.job_url = value.or(params.job_url),
                 "gpu_name" => params.gpu_name = value.or(params.gpu_name),
+                // The web form's CSRF token, already checked (crate::web::csrf).
+                "csrf" => {}
                 other => {
                     return Err(ApiError::BadRequest(format!(
                         "multipart: unknown field `{other}` (expected file, name, labels, commit, job_url, gpu_name)"

@@ -1,12 +1,16 @@
-//! `oomlens admin create-token | list-tokens | revoke-token`: teams and API tokens, straight in
-//! the database (the embedded cluster is started for the command when no server is running).
+//! `oomlens admin create-token | list-tokens | revoke-token | create-user | list-users`: teams,
+//! API tokens and web UI accounts, straight in the database (the embedded cluster is started for
+//! the command when no server is running).
 
 use std::fmt::Write as _;
+use std::io::BufRead as _;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 
 use super::{AdminCommand, DbArgs, Failure, emit};
+use crate::accounts::{self, AccountError, Role};
+use crate::db::accounts::{self as users, UserRow};
 use crate::db::tokens::{self, TokenError, TokenRow};
 use crate::db::{Database, Embedded};
 
@@ -22,15 +26,32 @@ pub fn run(command: AdminCommand) -> Result<(), Failure> {
         let db_args = match &command {
             AdminCommand::CreateToken { db, .. }
             | AdminCommand::ListTokens { db, .. }
-            | AdminCommand::RevokeToken { db, .. } => db.clone(),
+            | AdminCommand::RevokeToken { db, .. }
+            | AdminCommand::CreateUser { db, .. }
+            | AdminCommand::ListUsers { db, .. } => db.clone(),
         };
         // Reject a bad name before starting a database for nothing.
         if let AdminCommand::CreateToken { team, name, .. } = &command {
             tokens::validate_name("team name", team).map_err(Failure::BadInput)?;
             tokens::validate_name("token name", name).map_err(Failure::BadInput)?;
         }
+        // A user's input is checked, and the password hashed, before the database is opened.
+        let new_user = match &command {
+            AdminCommand::CreateUser {
+                team,
+                email,
+                password,
+                password_stdin,
+                role,
+                ..
+            } => Some(new_user(team, email, password.as_deref(), *password_stdin, role).await?),
+            _ => None,
+        };
         let db = open(&db_args).await?;
-        let result = execute(&db, command).await;
+        let result = match new_user {
+            Some(user) => create_user(&db, user).await,
+            None => execute(&db, command).await,
+        };
         db.close().await;
         result
     })
@@ -45,6 +66,80 @@ async fn open(args: &DbArgs) -> Result<Database, Failure> {
     )
     .await
     .map_err(Failure::Internal)
+}
+
+/// A user to create, checked, with the password hashed.
+struct NewUser {
+    team: String,
+    email: String,
+    role: Role,
+    hash: String,
+}
+
+/// Checks `create-user`'s input (each error names its option) and hashes the password.
+async fn new_user(
+    team: &str,
+    email: &str,
+    password: Option<&str>,
+    password_stdin: bool,
+    role: &str,
+) -> Result<NewUser, Failure> {
+    tokens::validate_name("team name", team)
+        .map_err(|e| Failure::BadInput(format!("--team: {e}")))?;
+    let email =
+        accounts::normalize_email(email).map_err(|e| Failure::BadInput(format!("--{e}")))?;
+    let role = Role::parse(role).map_err(|e| Failure::BadInput(format!("--{e}")))?;
+    let (option, password) = if password_stdin {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| Failure::BadInput(format!("--password-stdin: {e}")))?;
+        let line = line.trim_end_matches(['\n', '\r']).to_string();
+        if line.is_empty() {
+            return Err(Failure::BadInput(
+                "--password-stdin: standard input has no password (an empty first line)".into(),
+            ));
+        }
+        ("--password-stdin", line)
+    } else {
+        match password {
+            Some(p) => ("--password (or OOMLENS_PASSWORD)", p.to_string()),
+            None => {
+                return Err(Failure::BadInput(
+                    "--password: give the password with --password-stdin, the environment variable OOMLENS_PASSWORD, or --password".into(),
+                ));
+            }
+        }
+    };
+    let hash = accounts::hash_password(&password)
+        .await
+        .map_err(|e| match e {
+            AccountError::Password(why) => Failure::BadInput(format!("{option}: {why}")),
+            other => Failure::Internal(other.into()),
+        })?;
+    Ok(NewUser {
+        team: team.to_string(),
+        email,
+        role,
+        hash,
+    })
+}
+
+/// `create-user`, on an open database.
+async fn create_user(db: &Database, user: NewUser) -> Result<(), Failure> {
+    let row = users::create_user(&db.pool, &user.team, &user.email, &user.hash, user.role)
+        .await
+        .map_err(|e| match e {
+            AccountError::Duplicate(_) => Failure::BadInput(format!("--{e}")),
+            AccountError::Team(why) => Failure::BadInput(format!("--team: {why}")),
+            other => Failure::Internal(other.into()),
+        })?;
+    emit(&format!(
+        "Created user {} {} ({}) in team {:?}.\n\
+         They sign in to the web UI at /login with this email and password.\n",
+        row.id, row.email, row.role, row.team
+    ))
 }
 
 /// The command itself, on an open database.
@@ -89,7 +184,38 @@ async fn execute(db: &Database, command: AdminCommand) -> Result<(), Failure> {
                 t.id, t.name, t.team, t.prefix
             ))
         }
+        AdminCommand::ListUsers { team, .. } => {
+            let rows = users::list_users(&db.pool, team.as_deref())
+                .await
+                .context("listing the users")
+                .map_err(Failure::Internal)?;
+            emit(&user_table(&rows))
+        }
+        // Done by create_user, after its input was checked.
+        AdminCommand::CreateUser { .. } => Ok(()),
     }
+}
+
+/// The users as an aligned table, or a line saying there are none.
+fn user_table(rows: &[UserRow]) -> String {
+    if rows.is_empty() {
+        return "No users.\n".into();
+    }
+    let header = ["ID", "TEAM", "EMAIL", "ROLE", "CREATED", "DISABLED"].map(String::from);
+    let cells: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.id.to_string(),
+                r.team.clone(),
+                r.email.clone(),
+                r.role.clone(),
+                time(&r.created_at),
+                if r.disabled { "yes" } else { "-" }.to_string(),
+            ]
+        })
+        .collect();
+    aligned(&header, &cells)
 }
 
 /// A timestamp as the table shows it.
@@ -128,14 +254,19 @@ fn table(rows: &[TokenRow]) -> String {
             ]
         })
         .collect();
-    let mut widths = [0usize; 7];
-    for line in std::iter::once(&header).chain(&cells) {
+    aligned(&header, &cells)
+}
+
+/// Rows of cells as left-aligned columns two spaces apart, the header first.
+fn aligned<const N: usize>(header: &[String; N], cells: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for line in std::iter::once(header).chain(cells) {
         for (w, cell) in widths.iter_mut().zip(line) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    for line in std::iter::once(&header).chain(&cells) {
+    for line in std::iter::once(header).chain(cells) {
         let mut text = String::new();
         for (i, (cell, w)) in line.iter().zip(widths).enumerate() {
             if i > 0 {

@@ -85,7 +85,7 @@ pub enum Command {
     /// Run the server: the REST API (`/api/v1`, documented at `/api/v1/docs`) and the analysis
     /// workers, on PostgreSQL (`DATABASE_URL`, or a private cluster in the data directory).
     Serve(ServeArgs),
-    /// Manage teams and API tokens (works whether the server is running or not).
+    /// Manage teams, API tokens and users (works whether the server is running or not).
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
@@ -179,6 +179,37 @@ pub enum AdminCommand {
     RevokeToken {
         /// The token's id.
         id: i64,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Create a user who signs in to the web UI (the team is created if needed). The first admin
+    /// of a team is made this way; admins then invite the others from the team page.
+    CreateUser {
+        /// The team.
+        #[arg(long)]
+        team: String,
+        /// The email the user signs in with (unique across teams, case-insensitive).
+        #[arg(long)]
+        email: String,
+        /// The password (at least 8 characters). On the command line it shows in `ps` and the
+        /// shell's history: prefer `--password-stdin` or the environment variable.
+        #[arg(long, env = "OOMLENS_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
+        /// Read the password from the first line of standard input (wins over `--password`).
+        #[arg(long)]
+        password_stdin: bool,
+        /// `admin` (may invite people), `member` (reads and changes the team's objects) or
+        /// `viewer` (reads only).
+        #[arg(long, default_value = "member")]
+        role: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// List the users: id, team, email, role, created, disabled.
+    ListUsers {
+        /// Only this team's users.
+        #[arg(long)]
+        team: Option<String>,
         #[command(flatten)]
         db: DbArgs,
     },

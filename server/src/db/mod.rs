@@ -5,6 +5,7 @@
 //! macros: those need a live database or a committed `.sqlx` cache for every build, and the
 //! end-to-end tests run every query against a real PostgreSQL anyway.
 
+pub mod accounts;
 mod connect;
 pub mod groups;
 pub mod jobs;

@@ -330,6 +330,7 @@ fn api_error(e: ApiError) -> BackendError {
     match e {
         ApiError::BadRequest(m) => BackendError::BadRequest(m),
         ApiError::NotFound(m)
+        | ApiError::Forbidden(m)
         | ApiError::Conflict(m)
         | ApiError::TooLarge(m)
         | ApiError::Unprocessable(m)

@@ -1,6 +1,7 @@
 //! The routes behind the UI's plain forms (they work without JavaScript): `/` (to the list or
-//! the sign-in page), `POST /login`, `/logout`, `POST /upload` (a snapshot or an OOM log file)
-//! and `POST /upload/log` (a pasted log). Each answers with a 303 redirect (post/redirect/get);
+//! the sign-in page), `POST /upload` (a snapshot or an OOM log file) and `POST /upload/log` (a
+//! pasted log); the account forms are in `accounts.rs`. CSRF tokens and roles are checked before
+//! these handlers run (`csrf.rs`). Each answers with a 303 redirect (post/redirect/get);
 //! errors go back to the form as `?error=…`. The upload routes answer JSON instead when asked
 //! (`Accept: application/json`), for the upload page's script.
 
@@ -12,9 +13,8 @@ use axum::{Extension, Form, Json};
 use serde::Deserialize;
 
 use super::WebState;
-use super::session::{self, Session};
+use super::session::Session;
 use crate::api::{ApiError, MAX_LOG_BYTES, Received, store_log, store_snapshot_or_log};
-use crate::db::tokens;
 
 /// `/`: the post-mortems when signed in, else the sign-in page.
 pub async fn home(session: Option<Extension<Session>>) -> Redirect {
@@ -23,48 +23,6 @@ pub async fn home(session: Option<Extension<Session>>) -> Redirect {
     } else {
         Redirect::to("/login")
     }
-}
-
-/// The sign-in form.
-#[derive(Debug, Deserialize)]
-pub struct LoginForm {
-    /// An API token.
-    #[serde(default)]
-    token: String,
-}
-
-/// `POST /login`: a valid token sets the session cookie and goes to `/snapshots`; an unknown or
-/// revoked one goes back to the form with an error.
-pub async fn login(
-    State(web): State<WebState>,
-    headers: HeaderMap,
-    Form(form): Form<LoginForm>,
-) -> Response {
-    let token = form.token.trim();
-    if token.is_empty() {
-        return Redirect::to("/login?error=empty").into_response();
-    }
-    match tokens::authenticate(&web.app.get().pool, token).await {
-        Ok(Some(team)) => {
-            tracing::info!(team = team.name, "signed in to the web UI");
-            let mut resp = Redirect::to("/snapshots").into_response();
-            if let Some(c) = session::set_cookie(token, session::is_https(&headers)) {
-                resp.headers_mut().insert(header::SET_COOKIE, c);
-            }
-            resp
-        }
-        Ok(None) => Redirect::to("/login?error=invalid").into_response(),
-        Err(e) => ApiError::from(e).into_response(),
-    }
-}
-
-/// `/logout` (GET or POST): clears the cookie and goes to the sign-in page.
-pub async fn logout(headers: HeaderMap) -> Response {
-    let mut resp = Redirect::to("/login").into_response();
-    if let Some(c) = session::set_cookie("", session::is_https(&headers)) {
-        resp.headers_mut().insert(header::SET_COOKIE, c);
-    }
-    resp
 }
 
 /// `POST /upload`: the multipart form (`file`, optional `name`). A snapshot is stored for the
@@ -193,6 +151,7 @@ fn answer(json: bool, stored: Result<Received, ApiError>) -> Response {
 pub(super) fn message_of(e: &ApiError) -> String {
     match e {
         ApiError::BadRequest(m)
+        | ApiError::Forbidden(m)
         | ApiError::NotFound(m)
         | ApiError::Conflict(m)
         | ApiError::TooLarge(m)

@@ -1,15 +1,21 @@
 //! The web UI on the server: the leptos app (`oomlens-app`) rendered by leptos_axum beside the
-//! REST API, the page session (an API token in an HttpOnly cookie), the form routes that change
-//! state (`/login`, `/logout`, `/upload`, `/upload/log`, a post-mortem's GPU replay form and its
-//! replays' JSON: [`replays`]), the built browser half under `/pkg`, and the
-//! [`backend::TeamBackend`] that answers the pages' server functions from the database.
+//! REST API, the page session (accounts: [`session`]), the form routes that change state
+//! (`/login`, `/logout`, `/upload`, `/upload/log`, `/team/invitations`, `/invite/{token}`, a
+//! post-mortem's GPU replay form and its replays' JSON and trace: [`replays`]), the built browser
+//! half under `/pkg`, and the [`backend::TeamBackend`] that answers the pages' server functions
+//! from the database.
 //!
-//! Requests flow: [`session::resolve`] turns the cookie into a [`session::Session`] (a team) in
-//! the request's extensions, or redirects a page that needs one to `/login`; leptos_axum renders
-//! the page, and the per-request context gets an `Arc<dyn Backend>` scoped to that team.
+//! Requests flow: [`session::resolve`] turns the cookie into a [`session::Session`] (a user of a
+//! team, with a role) in the request's extensions, or redirects a page that needs one to
+//! `/login`; [`csrf::guard`] refuses a cross-site change, a form without the session's CSRF token
+//! and a viewer's change; leptos_axum renders the page, and the per-request context gets an
+//! `Arc<dyn Backend>` scoped to that team and the session's [`oomlens_app::account::SessionInfo`].
 
+mod accounts;
 mod backend;
+pub(crate) mod csrf;
 mod forms;
+mod html;
 mod replays;
 pub(crate) mod session;
 
@@ -93,8 +99,10 @@ pub fn router(state: &AppState, site: &Site) -> Router<AppState> {
     let built = site.built;
     Router::<WebState>::new()
         .route("/", get(forms::home))
-        .route("/login", post(forms::login))
-        .route("/logout", get(forms::logout).post(forms::logout))
+        .route("/login", post(accounts::login))
+        .route("/logout", post(accounts::logout))
+        .route("/team/invitations", post(accounts::create_invitation))
+        .route("/invite/{token}", post(accounts::accept_invitation))
         .route(
             "/upload",
             post(forms::upload).layer(DefaultBodyLimit::max(max_upload.saturating_add(1 << 20))),
@@ -118,6 +126,7 @@ pub fn router(state: &AppState, site: &Site) -> Router<AppState> {
             move || oomlens_app::shell(leptos.clone(), built),
         )
         .nest_service("/pkg", ServeDir::new(site.dir.join("pkg")))
+        .layer(axum::middleware::from_fn(csrf::guard))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             session::resolve,
@@ -125,14 +134,19 @@ pub fn router(state: &AppState, site: &Site) -> Router<AppState> {
         .with_state(web)
 }
 
-/// Gives the request's leptos context a backend for the session's team, if there is a session.
+/// Gives the request's leptos context a backend for the session's team, if there is a session,
+/// the session's [`oomlens_app::account::SessionInfo`] and the account pages' backend.
 fn provide_backend(state: &AppState) {
     let shared: Arc<dyn SharedBackend> = Arc::new(backend::ShareBackend::new(state.clone()));
     provide_context(shared);
-    let Some(parts) = use_context::<Parts>() else {
-        return;
-    };
-    if let Some(session) = parts.extensions.get::<session::Session>() {
+    let session = use_context::<Parts>()
+        .and_then(|parts| parts.extensions.get::<session::Session>().cloned());
+    provide_context(accounts::AccountsBackend::shared(
+        state.clone(),
+        session.clone(),
+    ));
+    if let Some(session) = &session {
+        provide_context(accounts::session_info(session));
         let backend: Arc<dyn Backend> = Arc::new(backend::TeamBackend::new(
             state.clone(),
             session.team.clone(),

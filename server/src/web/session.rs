@@ -1,27 +1,45 @@
-//! The page session: the cookie `oomlens_token` holds an API token (accounts come later). The
-//! middleware checks it on every web request and puts the team in the request's extensions;
-//! a page that needs a team without a valid cookie is redirected to `/login`.
+//! The page session: the web UI signs in with accounts (email and password, `/login`); the REST
+//! API signs in with team tokens (`Authorization: Bearer`). They meet in two places only: the API
+//! and the chart files also accept a session cookie, so that the browser's own pages may call
+//! them (state-changing API calls then need the session's CSRF token in `x-csrf-token`, and a
+//! viewer's are refused); and a token never signs in to the web pages.
+//!
+//! The cookie `oomlens_session` holds 256 random bits; the `sessions` table holds their SHA-256,
+//! so sessions are shared by every server on the database and survive restarts. The cookie is
+//! HttpOnly, SameSite=Lax, Path=/, Max-Age of the session's life, and Secure when the request
+//! came over https (as the proxy says). The middleware [`resolve`] puts the signed-in user in the
+//! request's extensions as a [`Session`], or sends a page that needs one to `/login?next=…`.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 
+use crate::accounts::Role;
 use crate::api::AppState;
-use crate::db::{Team, tokens};
+use crate::db::Team;
+use crate::db::accounts::{self, SESSION_DAYS};
 
 /// The cookie's name.
-pub const COOKIE: &str = "oomlens_token";
+pub const COOKIE: &str = "oomlens_session";
 
-/// The signed-in team of a request.
+/// The signed-in user of a request.
 #[derive(Debug, Clone)]
 pub struct Session {
-    /// The team.
+    /// The user's team.
     pub team: Team,
+    /// The user's row id.
+    pub user_id: i64,
+    /// The user's email.
+    pub email: String,
+    /// The user's role.
+    pub role: Role,
+    /// The session's CSRF token (forms' `csrf` field, scripts' `x-csrf-token` header).
+    pub csrf: String,
 }
 
-/// The token in the request's `oomlens_token` cookie, if any.
-pub fn token_of(headers: &HeaderMap) -> Option<String> {
+/// The value of the request's session cookie, if any.
+pub fn cookie_of(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -46,20 +64,41 @@ pub fn is_https(headers: &HeaderMap) -> bool {
     forwarded_proto || forwarded
 }
 
-/// `Set-Cookie` for a session with `token` (empty: the cookie is cleared).
-pub fn set_cookie(token: &str, https: bool) -> Option<HeaderValue> {
+/// `Set-Cookie` for a session with cookie value `value` (empty: the cookie is cleared).
+pub fn set_cookie(value: &str, https: bool) -> Option<HeaderValue> {
     let secure = if https { "; Secure" } else { "" };
-    let expiry = if token.is_empty() { "; Max-Age=0" } else { "" };
+    let age = if value.is_empty() {
+        0
+    } else {
+        SESSION_DAYS * 24 * 3600
+    };
     HeaderValue::from_str(&format!(
-        "{COOKIE}={token}; HttpOnly; SameSite=Lax; Path=/{secure}{expiry}"
+        "{COOKIE}={value}; HttpOnly; SameSite=Lax; Path=/; Max-Age={age}{secure}"
     ))
     .ok()
 }
 
-/// Paths that need a team: everything but the sign-in pages, the static files and the server
-/// functions (which answer "sign in first" themselves).
+/// The signed-in user of a request with these headers, from its session cookie; `None` without a
+/// live session.
+pub async fn lookup(state: &AppState, headers: &HeaderMap) -> sqlx::Result<Option<Session>> {
+    let Some(cookie) = cookie_of(headers) else {
+        return Ok(None);
+    };
+    Ok(accounts::session_user(&state.get().pool, &cookie)
+        .await?
+        .map(|u| Session {
+            team: u.team,
+            user_id: u.user_id,
+            email: u.email,
+            role: u.role,
+            csrf: u.csrf,
+        }))
+}
+
+/// Paths that need a signed-in user: everything but the sign-in and invitation pages, share
+/// links, the static files and the server functions (which answer "sign in first" themselves).
 fn needs_team(path: &str) -> bool {
-    ["/snapshots", "/upload", "/logs", "/compare"]
+    ["/snapshots", "/upload", "/logs", "/compare", "/team"]
         .iter()
         .any(|p| {
             path.strip_prefix(p)
@@ -67,29 +106,44 @@ fn needs_team(path: &str) -> bool {
         })
 }
 
-/// The middleware: resolves the cookie to a [`Session`], or redirects to `/login`.
+/// Where to send a request for `path_and_query` that needs a session: the sign-in page, which
+/// comes back here.
+pub fn login_redirect(path_and_query: &str) -> String {
+    let next: String = url::form_urlencoded::byte_serialize(path_and_query.as_bytes()).collect();
+    format!("/login?next={next}")
+}
+
+/// The middleware: resolves the cookie to a [`Session`], or sends a page that needs one to
+/// `/login`.
 pub async fn resolve(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     if req.uri().path().starts_with("/pkg/") {
         return next.run(req).await;
     }
-    if let Some(token) = token_of(req.headers()) {
-        match tokens::authenticate(&state.get().pool, &token).await {
-            Ok(Some(team)) => {
-                req.extensions_mut().insert(Session { team });
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "checking a session cookie failed");
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the database is unavailable; try again shortly",
-                )
-                    .into_response();
-            }
+    match lookup(&state, req.headers()).await {
+        Ok(Some(session)) => {
+            req.extensions_mut().insert(session);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "checking a session cookie failed");
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the database is unavailable; try again shortly",
+            )
+                .into_response();
         }
     }
     if needs_team(req.uri().path()) && req.extensions().get::<Session>().is_none() {
-        return Redirect::to("/login").into_response();
+        let here = req
+            .uri()
+            .path_and_query()
+            .map_or("/snapshots", |p| p.as_str());
+        let to = if req.method() == axum::http::Method::GET {
+            login_redirect(here)
+        } else {
+            "/login".to_string()
+        };
+        return Redirect::to(&to).into_response();
     }
     next.run(req).await
 }
@@ -99,25 +153,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_token_is_found_among_other_cookies() {
+    fn the_session_is_found_among_other_cookies() {
         let mut h = HeaderMap::new();
         h.insert(
             header::COOKIE,
-            HeaderValue::from_static("a=1; oomlens_token=oomlens_abc ; b=2"),
+            HeaderValue::from_static("a=1; oomlens_session=abc ; b=2"),
         );
-        assert_eq!(token_of(&h).as_deref(), Some("oomlens_abc"));
-        h.insert(header::COOKIE, HeaderValue::from_static("oomlens_token="));
-        assert_eq!(token_of(&h), None);
+        assert_eq!(cookie_of(&h).as_deref(), Some("abc"));
+        h.insert(header::COOKIE, HeaderValue::from_static("oomlens_session="));
+        assert_eq!(cookie_of(&h), None);
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("oomlens_token=abc"),
+        );
+        assert_eq!(cookie_of(&h), None);
     }
 
     #[test]
     fn cookies_are_http_only_lax_and_secure_only_over_https() {
         let c = set_cookie("t", false).expect("header");
-        assert_eq!(c, "oomlens_token=t; HttpOnly; SameSite=Lax; Path=/");
+        assert_eq!(
+            c,
+            "oomlens_session=t; HttpOnly; SameSite=Lax; Path=/; Max-Age=2592000"
+        );
         let c = set_cookie("t", true).expect("header");
         assert!(c.to_str().is_ok_and(|c| c.ends_with("; Secure")));
         let c = set_cookie("", false).expect("header");
-        assert!(c.to_str().is_ok_and(|c| c.ends_with("Max-Age=0")));
+        assert!(c.to_str().is_ok_and(|c| c.contains("Max-Age=0")));
     }
 
     #[test]
@@ -128,9 +190,21 @@ mod tests {
         assert!(needs_team("/upload/log"));
         assert!(needs_team("/logs/0b6f"));
         assert!(needs_team("/compare"));
+        assert!(needs_team("/team"));
+        assert!(needs_team("/team/invitations"));
+        assert!(!needs_team("/teams"));
         assert!(!needs_team("/uploads"));
         assert!(!needs_team("/login"));
+        assert!(!needs_team("/invite/abc"));
         assert!(!needs_team("/pkg/oomlens.js"));
         assert!(!needs_team("/api/v1/snapshots"));
+    }
+
+    #[test]
+    fn the_sign_in_page_comes_back_to_the_page_asked_for() {
+        assert_eq!(
+            login_redirect("/snapshots/0b6f?from=1&to=2"),
+            "/login?next=%2Fsnapshots%2F0b6f%3Ffrom%3D1%26to%3D2"
+        );
     }
 }
