@@ -135,7 +135,11 @@ fn counts(s: &TestServer, team: &str) -> String {
         )
     };
     s.sql(&format!(
-        "SELECT {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {}",
+        "SELECT {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {}",
+        q("webhooks"),
+        format!(
+            "(SELECT count(*) FROM oom_groups x JOIN teams t ON t.id = x.team_id WHERE t.name = '{team}' AND x.status = 'resolved')"
+        ),
         q("snapshots"),
         q("oom_logs"),
         q("whatifs"),
@@ -423,6 +427,10 @@ struct Objects {
     log: String,
     link: i64,
     replay: String,
+    /// The OOM group of `snap`.
+    group: String,
+    /// A webhook of the team.
+    webhook: String,
 }
 
 fn make_objects(s: &TestServer, token: &str) -> Objects {
@@ -478,12 +486,43 @@ fn make_objects(s: &TestServer, token: &str) -> Objects {
         .as_str()
         .unwrap_or_else(|| panic!("a replay: {v}"))
         .to_string();
+    let v: Value = http()
+        .get(s.url("/api/v1/groups"))
+        .bearer_auth(token)
+        .send()
+        .and_then(Response::json)
+        .expect("groups");
+    let group = v["items"]
+        .as_array()
+        .and_then(|items| {
+            items.iter().find(|g| {
+                g["snapshot_ids"]
+                    .as_array()
+                    .is_some_and(|ids| ids.iter().any(|i| i == snap.as_str()))
+            })
+        })
+        .and_then(|g| g["id"].as_str())
+        .unwrap_or_else(|| panic!("the snapshot's group: {v}"))
+        .to_string();
+    let v: Value = http()
+        .post(s.url("/api/v1/webhooks"))
+        .bearer_auth(token)
+        .json(&json!({"url": "http://127.0.0.1:9/secret-a-hook"}))
+        .send()
+        .and_then(Response::json)
+        .expect("webhook");
+    let webhook = v["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a webhook: {v}"))
+        .to_string();
     Objects {
         snap,
         snap_b,
         log,
         link,
         replay,
+        group,
+        webhook,
     }
 }
 
@@ -569,6 +608,7 @@ fn every_page_and_endpoint_across_two_teams_and_three_roles() {
         format!("/api/v1/snapshots/{snap}/share-links"),
         format!("/api/v1/oom-logs/{log}"),
         format!("/api/v1/replays/{}", o.replay),
+        format!("/api/v1/groups/{}", o.group),
     ];
     let a_callers = [
         As::Token(&token_a),
@@ -599,7 +639,13 @@ fn every_page_and_endpoint_across_two_teams_and_three_roles() {
             assert_eq!(r.status(), StatusCode::NOT_FOUND, "B {path}");
             assert_no_secrets(&r.text().unwrap_or_default(), &secrets, path);
         }
-        for path in ["/api/v1/snapshots", "/api/v1/oom-logs", "/api/v1/runners"] {
+        for path in [
+            "/api/v1/snapshots",
+            "/api/v1/oom-logs",
+            "/api/v1/runners",
+            "/api/v1/groups",
+            "/api/v1/webhooks",
+        ] {
             let r = who(http().get(s.url(path)), by).send().expect("GET");
             assert_eq!(r.status(), StatusCode::OK, "B {path}");
             assert_no_secrets(&r.text().unwrap_or_default(), &secrets, path);
@@ -631,6 +677,16 @@ fn every_page_and_endpoint_across_two_teams_and_three_roles() {
                 format!("/api/v1/snapshots/{snap}/share-links/{link}"),
                 None,
             ),
+            (
+                reqwest::Method::PATCH,
+                format!("/api/v1/groups/{}", o.group),
+                Some(json!({"status": "resolved"})),
+            ),
+            (
+                reqwest::Method::DELETE,
+                format!("/api/v1/webhooks/{}", o.webhook),
+                None,
+            ),
         ]
     };
     for by in [As::Token(&token_b), As::Session(&member_b)] {
@@ -655,6 +711,11 @@ fn every_page_and_endpoint_across_two_teams_and_three_roles() {
             reqwest::Method::POST,
             "/api/v1/runner/register".into(),
             Some(json!({"name": "viewer-gpu", "device": {}})),
+        ));
+        all.push((
+            reqwest::Method::POST,
+            "/api/v1/webhooks".into(),
+            Some(json!({"url": "http://127.0.0.1:9/viewer"})),
         ));
         for (method, path, body) in all {
             let mut req = who(http().request(method.clone(), s.url(&path)), by);
