@@ -184,6 +184,9 @@ pub struct PostMortem {
     pub zoom: TraceView,
     /// The snapshot's newest GPU replays (`POST /api/v1/snapshots/{id}/replays`), newest first.
     pub replays: Vec<GpuReplay>,
+    /// The OOM group the snapshot is in (none on a shared page).
+    #[serde(default)]
+    pub group: Option<GroupRef>,
 }
 
 /// The parts of `oomlens analyze --json` that the post-mortem page shows.
@@ -563,6 +566,9 @@ pub struct OomLog {
     pub size_bytes: u64,
     /// The analysis: the OOM messages found in the log.
     pub analysis: LogAnalysisView,
+    /// The OOM group the log is in.
+    #[serde(default)]
+    pub group: Option<GroupRef>,
 }
 
 /// The parts of `oomlens analyze --json` for a log that the log page shows.
@@ -677,4 +683,114 @@ pub struct Comparison {
     pub categories_a: Option<Figure>,
     /// B's live bytes at the peak by category.
     pub categories_b: Option<Figure>,
+}
+
+/// The parts of an OOM group's fingerprint (`engine::fingerprint`), as the server stores them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GroupParts {
+    /// `dir/file.py:function` of the first user frame; `None` when there is none.
+    pub frame: Option<String>,
+    /// That frame's line (shown, not part of the fingerprint).
+    pub line: Option<u32>,
+    /// `forward`, `backward`, `optimizer`, `other` or `unknown`.
+    pub phase: String,
+    /// The first upload's request (shown, not part of the fingerprint).
+    pub request_bytes: u64,
+    /// The request's power-of-two bucket (`512.00 MiB–1024.00 MiB`).
+    pub size_bucket: String,
+    /// The normalised `PYTORCH_CUDA_ALLOC_CONF` (empty: the defaults).
+    pub alloc_conf: String,
+    /// Where the fingerprint came from: `snapshot` or `log`.
+    pub source: String,
+}
+
+impl GroupParts {
+    /// The rule that grouped the uploads, in words (the API's `rule`).
+    pub fn rule(&self) -> String {
+        oomlens_engine::fingerprint::rule_in_words(
+            self.frame.as_deref().unwrap_or(""),
+            &self.phase,
+            &self.size_bucket,
+            &self.alloc_conf,
+        )
+    }
+
+    /// Where the failing allocation came from: `dir/file.py:function`, or that no user frame is
+    /// known.
+    pub fn frame_name(&self) -> String {
+        self.frame
+            .clone()
+            .unwrap_or_else(|| "(no user frame)".to_string())
+    }
+}
+
+/// One OOM group of the team: the uploads that failed the same way.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupItem {
+    /// Id (UUID text).
+    pub id: String,
+    /// The fingerprint's key (`frame | phase | size bucket | settings`).
+    pub fingerprint: String,
+    /// The fingerprint's parts.
+    pub parts: GroupParts,
+    /// Uploads in it.
+    pub count: u64,
+    /// `open` or `resolved`.
+    pub status: String,
+    /// Reopened by an upload after it was resolved.
+    pub regression: bool,
+    /// First upload, shown.
+    pub first_seen: String,
+    /// First upload, RFC 3339.
+    pub first_seen_iso: String,
+    /// Last upload, shown.
+    pub last_seen: String,
+    /// Last upload, RFC 3339.
+    pub last_seen_iso: String,
+}
+
+/// One upload of a group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMember {
+    /// `snapshot` or `oom_log`.
+    pub kind: String,
+    /// Id (UUID text).
+    pub id: String,
+    /// Upload name.
+    pub name: String,
+    /// Upload time, shown.
+    pub created: String,
+    /// Upload time, RFC 3339.
+    pub created_iso: String,
+    /// The run's commit, when given at upload.
+    pub commit: Option<String>,
+    /// The CI job's URL, when given.
+    pub job_url: Option<String>,
+    /// The GPU's name, when given.
+    pub gpu: Option<String>,
+}
+
+/// One group with its uploads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupDetail {
+    /// The group.
+    pub group: GroupItem,
+    /// When it was last resolved, shown.
+    pub resolved_at: Option<String>,
+    /// When it was last reopened by an upload, shown.
+    pub reopened_at: Option<String>,
+    /// Its uploads, oldest first.
+    pub members: Vec<GroupMember>,
+}
+
+/// The group an upload is in, as its page links it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRef {
+    /// Id (UUID text).
+    pub id: String,
+    /// Uploads in it.
+    pub count: u64,
+    /// Where the failing allocation came from (`dir/file.py:function`), if known.
+    pub frame: Option<String>,
 }

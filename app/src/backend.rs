@@ -9,8 +9,8 @@
 use leptos::prelude::*;
 
 use crate::api::{
-    Comparison, ListQuery, OomLog, OomLogItem, PostMortem, RangeTables, SnapshotList, TraceView,
-    UploadStatus,
+    Comparison, GroupDetail, GroupItem, ListQuery, OomLog, OomLogItem, PostMortem, RangeTables,
+    SnapshotList, TraceView, UploadStatus,
 };
 
 /// What a page may ask the server for, always about the session's team.
@@ -44,6 +44,11 @@ pub trait Backend: Send + Sync {
     /// Two of the team's analysed snapshots side by side, with their charts; `None` when either
     /// is not the team's, not an id, or not analysed.
     async fn compare(&self, a: String, b: String) -> Result<Option<Comparison>, BackendError>;
+    /// The team's OOM groups, most recently seen first.
+    async fn groups(&self) -> Result<Vec<GroupItem>, BackendError>;
+    /// One of the team's groups with its uploads; `None` when the team has no group `id` (or
+    /// `id` is not an id).
+    async fn group(&self, id: String) -> Result<Option<GroupDetail>, BackendError>;
 }
 
 /// What a page may ask without a session: a post-mortem through its share link.
@@ -184,4 +189,16 @@ pub async fn list_oom_logs() -> Result<Vec<OomLogItem>, ServerFnError> {
 #[server(prefix = "/ui/fn")]
 pub async fn load_comparison(a: String, b: String) -> Result<Option<Comparison>, ServerFnError> {
     backend()?.compare(a, b).await.map_err(to_sfn)
+}
+
+/// The team's OOM groups, most recently seen first.
+#[server(prefix = "/ui/fn")]
+pub async fn list_groups() -> Result<Vec<GroupItem>, ServerFnError> {
+    backend()?.groups().await.map_err(to_sfn)
+}
+
+/// One of the team's OOM groups with its uploads; `None` when there is no such group in the team.
+#[server(prefix = "/ui/fn")]
+pub async fn load_group(id: String) -> Result<Option<GroupDetail>, ServerFnError> {
+    backend()?.group(id).await.map_err(to_sfn)
 }

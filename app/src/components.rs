@@ -20,6 +20,7 @@ pub fn Layout(children: Children) -> impl IntoView {
                 <a href="/snapshots">"Post-mortems"</a>
                 <a href="/upload">"Upload"</a>
                 <a href="/compare">"Compare"</a>
+                <a href="/groups">"Groups"</a>
                 <a href="/team">"Team"</a>
                 <a href="/api/v1/docs" rel="external">"API docs"</a>
             </nav>

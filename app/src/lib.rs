@@ -30,6 +30,7 @@ use leptos_router::{SsrMode, path};
 
 use pages::NotFoundPage;
 use pages::compare::ComparePage;
+use pages::groups::{GroupPage, GroupsPage};
 use pages::invite::InvitePage;
 use pages::login::LoginPage;
 use pages::oom_log::OomLogPage;
@@ -91,6 +92,8 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/s/:secret") view=SharedPage ssr=SsrMode::Async/>
                 <Route path=path!("/logs/:id") view=OomLogPage ssr=SsrMode::Async/>
                 <Route path=path!("/compare") view=ComparePage ssr=SsrMode::Async/>
+                <Route path=path!("/groups") view=GroupsPage ssr=SsrMode::Async/>
+                <Route path=path!("/groups/:id") view=GroupPage ssr=SsrMode::Async/>
                 <Route path=path!("/team") view=TeamPage ssr=SsrMode::Async/>
                 <Route path=path!("/invite/:token") view=InvitePage ssr=SsrMode::Async/>
             </Routes>

@@ -105,6 +105,34 @@ impl Fingerprint {
             }
         )
     }
+
+    /// The rule that puts uploads with this fingerprint in one group, in words
+    /// ([`rule_in_words`]).
+    pub fn rule(&self) -> String {
+        rule_in_words(
+            self.frame.as_deref().unwrap_or(""),
+            self.phase.as_str(),
+            &self.size_bucket,
+            &self.alloc_conf,
+        )
+    }
+}
+
+/// The rule that grouped uploads, in words, from a fingerprint's parts as stored (`frame` and
+/// `alloc_conf` empty when there is no user frame and for the default settings): the one wording
+/// that the API's groups and the group page both show.
+pub fn rule_in_words(frame: &str, phase: &str, size_bucket: &str, alloc_conf: &str) -> String {
+    let frame = match frame {
+        "" => "no frame of the user's code on the failing allocation's stack".to_string(),
+        f => format!("the failing allocation comes from {f}"),
+    };
+    let settings = match alloc_conf {
+        "" => "PyTorch's default allocator settings".to_string(),
+        c => format!("PYTORCH_CUDA_ALLOC_CONF={c}"),
+    };
+    format!(
+        "Same fingerprint: {frame}, in the {phase} phase, asking for {size_bucket}, with {settings}."
+    )
 }
 
 /// The power-of-two bucket of `bytes`: `[2^k, 2^(k+1))`, in PyTorch's size format.
@@ -244,5 +272,29 @@ mod tests {
         ));
         assert!(is_library("/usr/lib/python3.12/threading.py"));
         assert!(!is_library("/work/proj/train.py"));
+    }
+
+    #[test]
+    fn the_rule_reads_as_a_sentence() {
+        let f = Fingerprint {
+            frame: Some("gpt/train.py:step".into()),
+            line: Some(12),
+            phase: FailPhase::Backward,
+            request_bytes: 1 << 30,
+            size_bucket: size_bucket(1 << 30),
+            alloc_conf: "expandable_segments:True".into(),
+            source: "log",
+        };
+        assert_eq!(
+            f.rule(),
+            "Same fingerprint: the failing allocation comes from gpt/train.py:step, in the \
+             backward phase, asking for 1024.00 MiB–2.00 GiB, with \
+             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+        );
+        assert_eq!(
+            rule_in_words("", "unknown", "0 bytes", ""),
+            "Same fingerprint: no frame of the user's code on the failing allocation's stack, in \
+             the unknown phase, asking for 0 bytes, with PyTorch's default allocator settings."
+        );
     }
 }

@@ -134,12 +134,13 @@ fn counts(s: &TestServer, team: &str) -> String {
             "(SELECT count(*) FROM {table} x JOIN teams t ON t.id = x.team_id WHERE t.name = '{team}')"
         )
     };
+    let resolved = format!(
+        "(SELECT count(*) FROM oom_groups x JOIN teams t ON t.id = x.team_id WHERE t.name = '{team}' AND x.status = 'resolved')"
+    );
     s.sql(&format!(
         "SELECT {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {} || ' ' || {}",
         q("webhooks"),
-        format!(
-            "(SELECT count(*) FROM oom_groups x JOIN teams t ON t.id = x.team_id WHERE t.name = '{team}' AND x.status = 'resolved')"
-        ),
+        resolved,
         q("snapshots"),
         q("oom_logs"),
         q("whatifs"),

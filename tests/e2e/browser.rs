@@ -690,3 +690,100 @@ fn browser_a_gpu_verified_post_mortem_hydrates_and_queues_another_replay() {
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// The OOM log of the same failure as [`SNAP`].
+const GROUP_LOG: &str = "engine/tests/data/oom/gpt__baseline__cap10.txt";
+
+#[test]
+fn browser_oom_groups_hydrate_and_a_group_is_marked_resolved() {
+    if !chromium_or_skip("browser_oom_groups_hydrate_and_a_group_is_marked_resolved") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let team = unique("browser-groups");
+    let token = s.token(&team);
+    let email = format!("{}@example.com", unique("browser-groups"));
+    let password = s.user(&team, &email, "member");
+    let created: Value = client()
+        .post(s.url("/api/v1/snapshots?name=gpt-nightly"))
+        .bearer_auth(&token)
+        .header("content-type", "application/octet-stream")
+        .body(std::fs::read(workspace().join(SNAP)).expect("the snapshot"))
+        .send()
+        .and_then(reqwest::blocking::Response::json)
+        .expect("POST /api/v1/snapshots");
+    analysed(&s, &token, created["id"].as_str().expect("an id"));
+    let r = client()
+        .post(s.url("/api/v1/oom-logs?name=gpt-train.log"))
+        .bearer_auth(&token)
+        .header("content-type", "text/plain")
+        .body(std::fs::read(workspace().join(GROUP_LOG)).expect("the log"))
+        .send()
+        .expect("POST /api/v1/oom-logs");
+    assert!(r.status().is_success(), "{}", r.status());
+
+    let chromium = Chromium::launch();
+    let tab = chromium.open(&s.url("/login"));
+    tab.wait_until(
+        "!!document.querySelector('input#password')",
+        PAGE,
+        "the sign-in page",
+    );
+    tab.wait_hydrated(PAGE);
+    tab.type_into("input#email", &email);
+    tab.type_into("input#password", &password);
+    tab.click(SIGN_IN);
+    tab.wait_until(
+        "location.pathname === '/snapshots'",
+        PAGE,
+        "the list after signing in",
+    );
+    tab.goto(&s.url("/groups"));
+    tab.wait_until(
+        "!!document.querySelector('[data-testid=groups] tbody tr')",
+        PAGE,
+        "the list of groups",
+    );
+    tab.wait_hydrated(PAGE);
+    tab.screenshot("groups");
+    tab.click("[data-testid=groups] tbody tr a");
+    tab.wait_until(
+        r"/^\/groups\/[0-9a-f-]{36}$/.test(location.pathname) && !!document.querySelector('[data-testid=rule]')",
+        PAGE,
+        "the group's page with its rule",
+    );
+    tab.wait_hydrated(PAGE);
+    let rule = tab.text("[data-testid=rule]").expect("the rule");
+    assert!(rule.starts_with("Same fingerprint: "), "{rule}");
+    assert_eq!(
+        tab.text(".meta [data-testid=group-status]").as_deref(),
+        Some("open")
+    );
+    for dark in [false, true] {
+        tab.prefer_dark(dark);
+        for text in [
+            "[data-testid=status] .sentence",
+            "[data-testid=rule]",
+            ".meta [data-testid=group-status]",
+        ] {
+            let ratio = tab.contrast(text);
+            assert!(
+                ratio >= 4.5,
+                "{text} is readable (dark: {dark}; WCAG AA contrast 4.5): {ratio:.2}"
+            );
+        }
+    }
+    tab.screenshot("group-dark");
+    tab.prefer_dark(false);
+
+    // The form still posts after hydration.
+    tab.click("[data-testid=status-form] button[type=submit]");
+    tab.wait_until(
+        "(document.querySelector('.meta [data-testid=group-status]') || {}).textContent === 'resolved'",
+        PAGE,
+        "the group page again, resolved",
+    );
+    tab.wait_hydrated(PAGE);
+    tab.screenshot("group-resolved");
+    tab.assert_no_js_errors("on the groups pages");
+}

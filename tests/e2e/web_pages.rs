@@ -1264,3 +1264,201 @@ fn a_gpu_replay_is_queued_from_the_page_and_its_answer_marks_the_verdict_and_the
     let (text, _) = gpu_verdict(remedy_row(&shared, "batch=0.5"));
     assert_eq!(text, gpu_verdict(remedy_row(&html, "batch=0.5")).0);
 }
+
+const GROUP_LOG: &str = "engine/tests/data/oom/gpt__baseline__cap10.txt";
+const GROUP_OTHER: &str = "engine/tests/data/replay/hf_gpt2__baseline__cap11.pickle.gz";
+
+/// `s` as the pages write text (`&`, `<`, `>` escaped).
+fn escaped(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// POST a form with the session cookie.
+/// POSTs a page form as the session `cookie`, with its CSRF token.
+fn post_form(s: &TestServer, cookie: &str, path: &str, form: &[(&str, &str)]) -> Response {
+    let csrf = s.csrf(cookie);
+    let mut fields: Vec<(&str, &str)> = vec![("csrf", csrf.as_str())];
+    fields.extend_from_slice(form);
+    browser()
+        .post(s.url(path))
+        .header(COOKIE, cookie)
+        .form(&fields)
+        .send()
+        .expect("POST form")
+}
+
+#[test]
+fn oom_groups_have_a_list_and_a_page_that_says_the_rule_without_javascript() {
+    let s = TestServer::start(&[]);
+    let team = unique("web-groups");
+    let token = s.token(&team);
+    let cookie = s.web_user(&team, "member");
+
+    let r = browser().get(s.url("/groups")).send().expect("GET");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "no session");
+    assert!(location(&r).starts_with("/login"), "{}", location(&r));
+    let (code, empty) = page(&s, &cookie, "/groups");
+    assert_eq!(code, StatusCode::OK);
+    assert!(empty.contains("data-testid=\"no-groups\""), "{empty}");
+    assert!(
+        empty.contains("href=\"/groups\""),
+        "the nav links the groups: {empty}"
+    );
+
+    // The GPT snapshot and the log of the same OOM (one failure), and another model's OOM.
+    let upload = |rel: &str, name: &str| -> String {
+        let r = upload_form(
+            &s,
+            &cookie,
+            std::fs::read(workspace().join(rel)).expect("data"),
+            name,
+        );
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let to = location(&r);
+        let id = to.trim_start_matches("/snapshots/").to_string();
+        assert_eq!(wait_analysed(&s, &token, &id)["status"], "ready");
+        id
+    };
+    let snap = upload(SNAP, "gpt-nightly");
+    let text = std::fs::read_to_string(workspace().join(GROUP_LOG)).expect("log");
+    let r = post_form(
+        &s,
+        &cookie,
+        "/upload/log",
+        &[("log", text.as_str()), ("name", "gpt-train.log")],
+    );
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let log = location(&r).trim_start_matches("/logs/").to_string();
+    let other = upload(GROUP_OTHER, "hf-nightly");
+
+    // The list: two groups, the one seen last first, with their counts and links.
+    let api: Value = browser()
+        .get(s.url("/api/v1/groups"))
+        .bearer_auth(&token)
+        .send()
+        .and_then(Response::json)
+        .expect("GET /api/v1/groups");
+    let items = api["items"].as_array().expect("items");
+    assert_eq!(items.len(), 2, "{api}");
+    let gpt = items
+        .iter()
+        .find(|g| g["count"] == 2)
+        .expect("the GPT group");
+    let id = gpt["id"].as_str().expect("id").to_string();
+    let frame = gpt["parts"]["frame"].as_str().expect("a frame").to_string();
+    let (code, list) = page(&s, &cookie, "/groups");
+    assert_eq!(code, StatusCode::OK);
+    assert!(list.contains("data-testid=\"groups\""), "{list}");
+    assert_eq!(list.matches("<tr data-id=").count(), 2, "{list}");
+    let (one, two) = (
+        list.find("data-count=\"1\"").expect("a group seen once"),
+        list.find("data-count=\"2\"").expect("a group seen twice"),
+    );
+    assert!(one < two, "the group seen last comes first: {list}");
+    assert!(list.contains(&format!("href=\"/groups/{id}\"")), "{list}");
+    assert!(list.contains(&escaped(&frame)), "{list}");
+    assert!(list.contains(">open<"), "{list}");
+
+    // The group's page: the API's rule in words, both uploads linked.
+    let path = format!("/groups/{id}");
+    let (code, html) = page(&s, &cookie, &path);
+    assert_eq!(code, StatusCode::OK);
+    let rule = gpt["rule"].as_str().expect("rule");
+    assert_eq!(text_of(&html, "rule"), escaped(rule));
+    assert!(
+        html.contains(&format!("href=\"/snapshots/{snap}\"")),
+        "{html}"
+    );
+    assert!(html.contains(&format!("href=\"/logs/{log}\"")), "{html}");
+    assert!(
+        html.contains(">gpt-nightly<") && html.contains(">gpt-train.log<"),
+        "{html}"
+    );
+    assert!(!html.contains("hf-nightly"), "{html}");
+    assert_eq!(text_of(&html, "group-status"), "open");
+    assert!(
+        html.contains(&format!("action=\"/groups/{id}/status\"")),
+        "{html}"
+    );
+
+    // Each upload's page links its group.
+    for upload in [format!("/snapshots/{snap}"), format!("/logs/{log}")] {
+        let (code, html) = page(&s, &cookie, &upload);
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(text_of(&html, "group"), "Seen 2 times — ", "{upload}");
+        assert!(
+            html.contains(&format!("href=\"/groups/{id}\"")),
+            "{upload}: {html}"
+        );
+    }
+    let (_, html) = page(&s, &cookie, &format!("/snapshots/{other}"));
+    assert_eq!(text_of(&html, "group"), "Seen once — ");
+
+    // Marked resolved through the page's form (post/redirect/get), then open again.
+    let r = post_form(
+        &s,
+        &cookie,
+        &format!("{path}/status"),
+        &[("status", "resolved")],
+    );
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&r), path);
+    let (_, html) = page(&s, &cookie, &path);
+    assert_eq!(text_of(&html, "group-status"), "resolved");
+    assert!(html.contains("Marked resolved on "), "{html}");
+    assert!(html.contains("name=\"status\" value=\"open\""), "{html}");
+    let (_, list) = page(&s, &cookie, "/groups");
+    assert!(list.contains(">resolved<"), "{list}");
+    let (_, one) = page_api(&s, &token, &format!("/api/v1/groups/{id}"));
+    assert_eq!(one["status"], "resolved", "{one}");
+    let r = post_form(
+        &s,
+        &cookie,
+        &format!("{path}/status"),
+        &[("status", "gone")],
+    );
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(
+        location(&r).starts_with(&format!("{path}?error=")),
+        "{}",
+        location(&r)
+    );
+    let (_, html) = page(&s, &cookie, &location(&r));
+    assert!(html.contains("is not one of open, resolved"), "{html}");
+
+    // Another team: the 404 view, nothing of it, and its form changes nothing.
+    let theirs = s.web_user(&unique("web-groups-b"), "member");
+    let (code, html) = page(&s, &theirs, &path);
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(html.contains("No such OOM group"), "{html}");
+    assert!(
+        !html.contains(&escaped(&frame)) && !html.contains(&snap),
+        "{html}"
+    );
+    let (_, list) = page(&s, &theirs, "/groups");
+    assert!(!list.contains(&id), "{list}");
+    let r = post_form(
+        &s,
+        &theirs,
+        &format!("{path}/status"),
+        &[("status", "open")],
+    );
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let (_, one) = page_api(&s, &token, &format!("/api/v1/groups/{id}"));
+    assert_eq!(one["status"], "resolved", "{one}");
+    let (code, _) = page(&s, &theirs, "/groups/not-an-id");
+    assert_eq!(code, StatusCode::NOT_FOUND);
+}
+
+/// GET an API path with the bearer token: status and JSON.
+fn page_api(s: &TestServer, token: &str, path: &str) -> (StatusCode, Value) {
+    let r = browser()
+        .get(s.url(path))
+        .bearer_auth(token)
+        .send()
+        .expect("GET API");
+    let code = r.status();
+    (code, r.json().unwrap_or(Value::Null))
+}

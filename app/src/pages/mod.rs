@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod gpu;
+pub mod groups;
 pub mod invite;
 pub mod login;
 pub mod oom_log;

@@ -10,6 +10,7 @@ use crate::api::{OomLog, OomMessageView};
 use crate::backend::load_oom_log;
 use crate::components::Layout;
 use crate::format::bytes;
+use crate::pages::groups::GroupLine;
 
 /// The OOM log page.
 #[component]
@@ -72,6 +73,7 @@ pub fn OomLogView(log: OomLog) -> impl IntoView {
             <span>"OOM log uploaded " <time datetime=log.created_iso>{log.created}</time></span>
             <span>{bytes(log.size_bytes)} " of text"</span>
         </p>
+        <GroupLine group=log.group/>
         {count}
         {messages.into_iter().map(|m| view! { <MessageView m=m/> }).collect_view()}
     }
@@ -259,6 +261,7 @@ mod tests {
                     ..OomMessageView::default()
                 }],
             },
+            group: None,
         }
     }
 

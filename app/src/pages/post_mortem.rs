@@ -17,6 +17,7 @@ use crate::backend::{PostMortemRef, load_post_mortem, load_range_tables};
 use crate::components::{ChartFigure, Layout};
 use crate::format::{bytes, share};
 use crate::pages::gpu::{GpuCellView, GpuSection, ReplayForm, gpu_cell};
+use crate::pages::groups::GroupLine;
 use crate::zoom::ZoomableTimeline;
 
 /// The post-mortem page.
@@ -96,6 +97,8 @@ pub fn MissingView() -> impl IntoView {
 #[component]
 pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
     let meta = RunMeta(pm.clone());
+    // A share link shows no team navigation: no group.
+    let group = view! { <GroupLine group=pm.group.clone().filter(|_| !pm.shared)/> };
     let compare = format!("/compare?a={}", pm.id);
     let shared = pm.shared;
     let body = match (pm.status.as_str(), pm.analysis) {
@@ -135,6 +138,7 @@ pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
         {top}
         <h1>{pm.name}</h1>
         {meta}
+        {group}
         {body}
     }
 }
@@ -714,6 +718,7 @@ mod tests {
             shared: false,
             zoom: TraceView::default(),
             replays: vec![],
+            group: None,
         }
     }
 

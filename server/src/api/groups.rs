@@ -101,21 +101,15 @@ pub struct GroupPatch {
     pub status: String,
 }
 
-/// The rule, in words, from the fingerprint's parts.
+/// The rule, in words, from the fingerprint's parts (the engine's wording, which the group page
+/// shows too).
 pub fn rule_of(parts: &serde_json::Value) -> String {
     let s = |k: &str| parts.get(k).and_then(|v| v.as_str()).unwrap_or("");
-    let frame = match s("frame") {
-        "" => "no frame of the user's code on the failing allocation's stack".to_string(),
-        f => format!("the failing allocation comes from {f}"),
-    };
-    let settings = match s("alloc_conf") {
-        "" => "PyTorch's default allocator settings".to_string(),
-        c => format!("PYTORCH_CUDA_ALLOC_CONF={c}"),
-    };
-    format!(
-        "Same fingerprint: {frame}, in the {} phase, asking for {}, with {settings}.",
+    oomlens_engine::fingerprint::rule_in_words(
+        s("frame"),
         s("phase"),
-        s("size_bucket")
+        s("size_bucket"),
+        s("alloc_conf"),
     )
 }
 
@@ -253,17 +247,27 @@ pub async fn patch(
     let id = parse_id("group", &id)?;
     let req: GroupPatch = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("group change: {e}")))?;
-    if !matches!(req.status.as_str(), "open" | "resolved") {
+    let g = set_status(&state, team.id, id, &req.status).await?;
+    let ids = groups::member_ids(&state.get().pool, &[id]).await?;
+    Ok(Json(view(&state, &headers, g, &ids)))
+}
+
+/// Sets team `team_id`'s group `id` to `status` (`open` or `resolved`), for `PATCH` and for the
+/// group page's form; the group after.
+pub async fn set_status(
+    state: &AppState,
+    team_id: i64,
+    id: Uuid,
+    status: &str,
+) -> Result<GroupRow, ApiError> {
+    if !matches!(status, "open" | "resolved") {
         return Err(ApiError::Unprocessable(format!(
-            "status: `{}` is not one of open, resolved",
-            req.status
+            "status: `{status}` is not one of open, resolved"
         )));
     }
-    let pool = &state.get().pool;
-    let g = groups::set_status(pool, team.id, id, &req.status)
+    let g = groups::set_status(&state.get().pool, team_id, id, status)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no group {id}")))?;
-    let ids = groups::member_ids(pool, &[id]).await?;
-    tracing::info!(group = %id, status = req.status, "group status set");
-    Ok(Json(view(&state, &headers, g, &ids)))
+    tracing::info!(group = %id, status, "group status set");
+    Ok(g)
 }

@@ -36,6 +36,7 @@ use crate::ingest::Limits;
 pub use auth::team_of;
 pub use error::ApiError;
 // For the web UI (crate::web): the same upload path and cursors as the API.
+pub(crate) use groups::set_status as set_group_status;
 pub(crate) use oom_logs::{MAX_BYTES as MAX_LOG_BYTES, store_log};
 pub(crate) use replays::{ReplayRequest, queue as queue_replay, stream_blob, view as replay_view};
 pub(crate) use snapshots::{decode_cursor, encode_cursor, parse_id};

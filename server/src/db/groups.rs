@@ -203,3 +203,23 @@ pub async fn set_status(
     .fetch_optional(pool)
     .await
 }
+
+/// The team's group that upload `subject_id` (`kind` `snapshot` or `oom_log`) is in: its id, its
+/// count and its fingerprint's parts (JSON text); `None` when the upload is in no group.
+pub async fn of_subject(
+    pool: &PgPool,
+    team_id: i64,
+    kind: &str,
+    subject_id: Uuid,
+) -> sqlx::Result<Option<(Uuid, i32, String)>> {
+    sqlx::query_as(
+        "SELECT g.id, g.occurrences, g.parts::text
+         FROM oom_group_members m JOIN oom_groups g ON g.id = m.group_id
+         WHERE g.team_id = $1 AND m.kind = $2 AND m.subject_id = $3",
+    )
+    .bind(team_id)
+    .bind(kind)
+    .bind(subject_id)
+    .fetch_optional(pool)
+    .await
+}

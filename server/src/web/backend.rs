@@ -5,8 +5,8 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use oomlens_app::api::{
     AnalysisView, CompareSide, Comparison, Figure, Figures, GpuReplay, GpuResult, GpuRun,
-    ListQuery, LogAnalysisView, OomLog, OomLogItem, PostMortem, RangeTables, RangeView,
-    SnapshotItem, SnapshotList, TraceView, UploadStatus, WhatIfView,
+    GroupDetail, GroupItem, ListQuery, LogAnalysisView, OomLog, OomLogItem, PostMortem,
+    RangeTables, RangeView, SnapshotItem, SnapshotList, TraceView, UploadStatus, WhatIfView,
 };
 use oomlens_app::backend::{Backend, BackendError, SharedBackend};
 use oomlens_charts::Theme;
@@ -50,7 +50,7 @@ impl TeamBackend {
     }
 }
 
-fn db_error(e: sqlx::Error) -> BackendError {
+pub(super) fn db_error(e: sqlx::Error) -> BackendError {
     match e {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
             tracing::error!(error = %e, "database unavailable");
@@ -63,11 +63,11 @@ fn db_error(e: sqlx::Error) -> BackendError {
     }
 }
 
-fn shown(t: DateTime<Utc>) -> String {
+pub(super) fn shown(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
-fn iso(t: DateTime<Utc>) -> String {
+pub(super) fn iso(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
@@ -187,6 +187,7 @@ impl Backend for TeamBackend {
             created_iso: iso(row.created_at),
             size_bytes: u64::try_from(row.size_bytes).unwrap_or(0),
             analysis,
+            group: super::groups::of_upload(&self.pool, self.team.id, "oom_log", id).await?,
         }))
     }
 
@@ -244,6 +245,14 @@ impl Backend for TeamBackend {
         })
         .await
         .map_err(|e| BackendError::Failed(format!("internal error: drawing stopped: {e}")))?
+    }
+
+    async fn groups(&self) -> Result<Vec<GroupItem>, BackendError> {
+        super::groups::list(&self.pool, self.team.id).await
+    }
+
+    async fn group(&self, id: String) -> Result<Option<GroupDetail>, BackendError> {
+        super::groups::detail(&self.pool, self.team.id, &id).await
     }
 }
 
@@ -528,6 +537,11 @@ async fn post_mortem(
         shared,
         zoom,
         replays,
+        group: if shared {
+            None
+        } else {
+            super::groups::of_upload(pool, team_id, "snapshot", id).await?
+        },
     }))
 }
 

@@ -1,9 +1,9 @@
 //! The web UI on the server: the leptos app (`oomlens-app`) rendered by leptos_axum beside the
 //! REST API, the page session (accounts: [`session`]), the form routes that change state
 //! (`/login`, `/logout`, `/upload`, `/upload/log`, `/team/invitations`, `/invite/{token}`, a
-//! post-mortem's GPU replay form and its replays' JSON and trace: [`replays`]), the built browser
-//! half under `/pkg`, and the [`backend::TeamBackend`] that answers the pages' server functions
-//! from the database.
+//! post-mortem's GPU replay form and its replays' JSON and trace: [`replays`]; a group page's
+//! status form: [`groups`]), the built browser half under `/pkg`, and the
+//! [`backend::TeamBackend`] that answers the pages' server functions from the database.
 //!
 //! Requests flow: [`session::resolve`] turns the cookie into a [`session::Session`] (a user of a
 //! team, with a role) in the request's extensions, or redirects a page that needs one to
@@ -15,6 +15,7 @@ mod accounts;
 mod backend;
 pub(crate) mod csrf;
 mod forms;
+mod groups;
 mod html;
 mod replays;
 pub(crate) mod session;
@@ -119,6 +120,8 @@ pub fn router(state: &AppState, site: &Site) -> Router<AppState> {
         // The post-mortem page's GPU replays: its form, and each replay's JSON.
         .route("/snapshots/{id}/replays", post(replays::queue))
         .route("/snapshots/{id}/replays/{file}", get(replays::json))
+        // The group page's status form.
+        .route("/groups/{id}/status", post(groups::status))
         .leptos_routes_with_context(
             &web,
             routes,

@@ -98,12 +98,19 @@ pub async fn lookup(state: &AppState, headers: &HeaderMap) -> sqlx::Result<Optio
 /// Paths that need a signed-in user: everything but the sign-in and invitation pages, share
 /// links, the static files and the server functions (which answer "sign in first" themselves).
 fn needs_team(path: &str) -> bool {
-    ["/snapshots", "/upload", "/logs", "/compare", "/team"]
-        .iter()
-        .any(|p| {
-            path.strip_prefix(p)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        })
+    [
+        "/snapshots",
+        "/upload",
+        "/logs",
+        "/compare",
+        "/groups",
+        "/team",
+    ]
+    .iter()
+    .any(|p| {
+        path.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
 }
 
 /// Where to send a request for `path_and_query` that needs a session: the sign-in page, which
@@ -193,6 +200,7 @@ mod tests {
         assert!(needs_team("/team"));
         assert!(needs_team("/team/invitations"));
         assert!(!needs_team("/teams"));
+        assert!(needs_team("/groups/0b6f/status"));
         assert!(!needs_team("/uploads"));
         assert!(!needs_team("/login"));
         assert!(!needs_team("/invite/abc"));
