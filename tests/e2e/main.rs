@@ -8,6 +8,7 @@ mod cli_replay;
 mod cli_upload;
 mod cli_whatif;
 mod groups;
+mod review;
 mod runner_api;
 mod server_api;
 mod web_pages;

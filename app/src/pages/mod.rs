@@ -10,6 +10,7 @@ pub mod invite;
 pub mod login;
 pub mod oom_log;
 pub mod post_mortem;
+pub mod review;
 pub mod shared;
 pub mod snapshots;
 pub mod team;

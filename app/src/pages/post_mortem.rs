@@ -33,6 +33,7 @@ pub fn PostMortemPage() -> impl IntoView {
         |(r, z)| load_range_tables(r, z),
     );
     provide_context(RangeTablesResource(tables));
+    crate::pages::review::provide_review(move || PostMortemRef::Snapshot(id()));
     view! {
         <Layout>
             <Loaded pm=pm missing=|| view! { <MissingView/> }.into_any()/>
@@ -99,6 +100,7 @@ pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
     let meta = RunMeta(pm.clone());
     // A share link shows no team navigation: no group.
     let group = view! { <GroupLine group=pm.group.clone().filter(|_| !pm.shared)/> };
+    let review_targets = crate::pages::review::Targets::of(&pm);
     let compare = format!("/compare?a={}", pm.id);
     let shared = pm.shared;
     let body = match (pm.status.as_str(), pm.analysis) {
@@ -139,7 +141,9 @@ pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
         <h1>{pm.name}</h1>
         {meta}
         {group}
+        <crate::pages::review::ReviewPanel/>
         {body}
+        <crate::pages::review::ReviewComments targets=review_targets/>
     }
 }
 

@@ -22,6 +22,7 @@ pub fn SharedPage() -> impl IntoView {
         |(r, z)| load_range_tables(r, z),
     );
     provide_context(RangeTablesResource(tables));
+    crate::pages::review::provide_review(move || PostMortemRef::Share(secret()));
     view! {
         <BareHeader/>
         <main>

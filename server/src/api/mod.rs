@@ -11,6 +11,7 @@ pub mod openapi;
 mod ops;
 pub(crate) mod params;
 mod replays;
+mod review;
 mod runner;
 mod share_links;
 mod snapshots;
@@ -36,11 +37,13 @@ use crate::ingest::Limits;
 pub use auth::team_of;
 pub use error::ApiError;
 // For the web UI (crate::web): the same upload path and cursors as the API.
+pub(crate) use auth::Actor;
 pub(crate) use groups::set_status as set_group_status;
 pub(crate) use oom_logs::{MAX_BYTES as MAX_LOG_BYTES, store_log};
 pub(crate) use replays::{ReplayRequest, queue as queue_replay, stream_blob, view as replay_view};
+pub(crate) use review::{Anchor, CommentView, ReviewPatch, add_comment, apply_patch};
 pub(crate) use snapshots::{decode_cursor, encode_cursor, parse_id};
-pub(crate) use upload::{Received, store_snapshot_or_log};
+pub(crate) use upload::{Received, labels_of, store_snapshot_or_log};
 
 /// Everything a handler needs; cheap to clone.
 #[derive(Clone)]
@@ -112,7 +115,15 @@ pub fn router(state: AppState, request_timeout: Duration, site: &crate::web::Sit
                 .layer(DefaultBodyLimit::max(max_upload.saturating_add(1 << 20)))
                 .get(snapshots::list),
         )
-        .route("/snapshots/{id}", get(snapshots::get_one))
+        .route(
+            "/snapshots/{id}",
+            get(snapshots::get_one).patch(review::patch),
+        )
+        .route(
+            "/snapshots/{id}/comments",
+            post(review::create_comment).get(review::list_comments),
+        )
+        .route("/snapshots/{id}/activity", get(review::list_activity))
         .route("/snapshots/{id}/whatif", post(whatif::ask))
         .route("/snapshots/{id}/replays", post(replays::create))
         .route(

@@ -65,6 +65,8 @@ pub struct SnapshotView {
     pub summary: Option<Summary>,
     /// This snapshot's URL.
     pub url: String,
+    /// Its review: status and assignee (`PATCH /snapshots/{id}` changes them).
+    pub review: super::review::ReviewView,
     /// When ready, in `GET /snapshots/{id}` only: the same JSON as `oomlens analyze --json`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -98,6 +100,7 @@ impl SnapshotView {
             analysed_at: row.analysed_at,
             summary,
             url,
+            review: super::review::ReviewView::default(),
             analysis,
         }
     }
@@ -128,12 +131,22 @@ pub async fn get_one(
     headers: HeaderMap,
 ) -> Result<Json<SnapshotView>, ApiError> {
     let id = parse_id("snapshot", &id)?;
+    Ok(Json(view_of(&state, team.id, id, &headers).await?))
+}
+
+/// What `GET /snapshots/{id}` answers for the team's snapshot `id` (404 when there is none).
+pub(super) async fn view_of(
+    state: &AppState,
+    team_id: i64,
+    id: Uuid,
+    headers: &HeaderMap,
+) -> Result<SnapshotView, ApiError> {
     let pool = &state.get().pool;
-    let row = snapshots::get(pool, team.id, id)
+    let row = snapshots::get(pool, team_id, id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no snapshot {id}")))?;
     let analysis = if row.status == "ready" {
-        match snapshots::analysis(pool, team.id, id).await? {
+        match snapshots::analysis(pool, team_id, id).await? {
             Some(text) => Some(
                 RawValue::from_string(text)
                     .map_err(|e| ApiError::internal("stored analysis is not JSON", &e))?,
@@ -143,8 +156,10 @@ pub async fn get_one(
     } else {
         None
     };
-    let url = state.url(&headers, &format!("/api/v1/snapshots/{id}"));
-    Ok(Json(SnapshotView::of(row, url, analysis)))
+    let url = state.url(headers, &format!("/api/v1/snapshots/{id}"));
+    let mut view = SnapshotView::of(row, url, analysis);
+    super::review::fill(pool, team_id, std::slice::from_mut(&mut view)).await?;
+    Ok(view)
 }
 
 /// A snapshot's state.
@@ -280,13 +295,14 @@ pub async fn list(
     } else {
         None
     };
-    let items = rows
+    let mut items: Vec<SnapshotView> = rows
         .into_iter()
         .map(|r| {
             let url = state.url(&headers, &format!("/api/v1/snapshots/{}", r.id));
             SnapshotView::of(r, url, None)
         })
         .collect();
+    super::review::fill(&state.get().pool, team.id, &mut items).await?;
     Ok(Json(SnapshotPage { items, next_cursor }))
 }
 

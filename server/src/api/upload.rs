@@ -147,11 +147,17 @@ pub fn check_text(field: &str, value: &str, max_chars: usize) -> Result<(), ApiE
     Ok(())
 }
 
-fn labels_of(s: Option<&str>) -> Result<Vec<String>, ApiError> {
-    let labels: Vec<String> = s
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
+/// The labels of a comma-separated field (the upload's `labels`, the review form's), checked.
+pub(crate) fn labels_of(s: Option<&str>) -> Result<Vec<String>, ApiError> {
+    check_labels(s.unwrap_or("").split(',').map(str::to_owned).collect())
+}
+
+/// Checks labels as an upload's are: trimmed, empty ones dropped, at most 32, each at most 64
+/// characters without control characters.
+pub(crate) fn check_labels(labels: Vec<String>) -> Result<Vec<String>, ApiError> {
+    let labels: Vec<String> = labels
+        .iter()
+        .map(|l| l.trim())
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect();

@@ -11,6 +11,7 @@ pub mod groups;
 pub mod jobs;
 pub mod oom_logs;
 pub mod replays;
+pub mod review;
 pub mod runners;
 pub mod share_links;
 pub mod snapshots;

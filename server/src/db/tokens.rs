@@ -148,23 +148,31 @@ pub(crate) fn secret_hash(token: &str) -> Vec<u8> {
 /// The team a bearer token belongs to, or `None` for an unknown or revoked token. Records when
 /// the token was last used (at most once a minute, to keep writes off the hot path).
 pub async fn authenticate(pool: &PgPool, token: &str) -> sqlx::Result<Option<Team>> {
+    Ok(authenticate_named(pool, token).await?.map(|(team, _)| team))
+}
+
+/// [`authenticate`], with the token's name (what the activity log and comments call its caller).
+pub async fn authenticate_named(
+    pool: &PgPool,
+    token: &str,
+) -> sqlx::Result<Option<(Team, String)>> {
     if !well_formed(token) {
         return Ok(None);
     }
-    let row: Option<(i64, String)> = sqlx::query_as(
+    let row: Option<(i64, String, String)> = sqlx::query_as(
         "WITH hit AS (
-             SELECT id, team_id FROM api_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL
+             SELECT id, team_id, name FROM api_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL
          ), touch AS (
              UPDATE api_tokens a SET last_used_at = now() FROM hit
              WHERE a.id = hit.id
                AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '1 minute')
          )
-         SELECT teams.id, teams.name FROM hit JOIN teams ON teams.id = hit.team_id",
+         SELECT teams.id, teams.name, hit.name FROM hit JOIN teams ON teams.id = hit.team_id",
     )
     .bind(secret_hash(token))
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|(id, name)| Team { id, name }))
+    Ok(row.map(|(id, name, token_name)| (Team { id, name }, token_name)))
 }
 
 /// Creates a token for `team_name` (creating the team if needed) labelled `label`. Returns the

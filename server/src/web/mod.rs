@@ -1,9 +1,10 @@
 //! The web UI on the server: the leptos app (`oomlens-app`) rendered by leptos_axum beside the
 //! REST API, the page session (accounts: [`session`]), the form routes that change state
 //! (`/login`, `/logout`, `/upload`, `/upload/log`, `/team/invitations`, `/invite/{token}`, a
-//! post-mortem's GPU replay form and its replays' JSON and trace: [`replays`]; a group page's
-//! status form: [`groups`]), the built browser half under `/pkg`, and the
-//! [`backend::TeamBackend`] that answers the pages' server functions from the database.
+//! post-mortem's GPU replay form and its replays' JSON and trace: [`replays`]; its review and
+//! comment forms: [`review`]; a group page's status form: [`groups`]), the built browser half
+//! under `/pkg`, and the [`backend::TeamBackend`] that answers the pages' server functions from
+//! the database.
 //!
 //! Requests flow: [`session::resolve`] turns the cookie into a [`session::Session`] (a user of a
 //! team, with a role) in the request's extensions, or redirects a page that needs one to
@@ -18,6 +19,7 @@ mod forms;
 mod groups;
 mod html;
 mod replays;
+mod review;
 pub(crate) mod session;
 
 use std::path::{Path, PathBuf};
@@ -122,6 +124,9 @@ pub fn router(state: &AppState, site: &Site) -> Router<AppState> {
         .route("/snapshots/{id}/replays/{file}", get(replays::json))
         // The group page's status form.
         .route("/groups/{id}/status", post(groups::status))
+        // The post-mortem page's review forms: status, assignee, labels; comments.
+        .route("/snapshots/{id}/review", post(review::review))
+        .route("/snapshots/{id}/comments", post(review::comment))
         .leptos_routes_with_context(
             &web,
             routes,
@@ -148,6 +153,7 @@ fn provide_backend(state: &AppState) {
         state.clone(),
         session.clone(),
     ));
+    provide_context(review::ReviewPages::shared(state.clone(), session.clone()));
     if let Some(session) = &session {
         provide_context(accounts::session_info(session));
         let backend: Arc<dyn Backend> = Arc::new(backend::TeamBackend::new(
