@@ -141,8 +141,10 @@ pub fn PostMortemView(pm: PostMortem) -> impl IntoView {
         <h1>{pm.name}</h1>
         {meta}
         {group}
-        <crate::pages::review::ReviewPanel/>
         {body}
+        // The verdict first; the team's review (status, assignee, labels) and its comments after
+        // the analysis.
+        <crate::pages::review::ReviewPanel/>
         <crate::pages::review::ReviewComments targets=review_targets/>
     }
 }

@@ -220,6 +220,7 @@ pub fn ReviewPanelView(d: ReviewData) -> impl IntoView {
     });
     view! {
         <section class="review" id="review" data-testid="review">
+            <h2>"Review"</h2>
             <p class="review-state">
                 <span class=format!("badge review-{}", d.status)>{d.status.clone()}</span>
                 " · assigned to " <span data-testid="assignee">{assignee}</span>
