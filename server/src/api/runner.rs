@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use super::auth::Caller;
 use super::params::ApiQuery;
-use super::replays::{ReplayView, view};
+use super::replays::{ReplayView, stream_blob, view};
 use super::upload::{Spool, check_snapshot, check_text};
 use super::{ApiError, AppState};
 use crate::db::jobs::{self, Holder, Kind, Leased, Outcome};
@@ -463,37 +463,20 @@ pub async fn snapshot(
     let (key, size) = replays::snapshot_blob(&state.get().pool, team.id, holder.subject_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("job {id}: its snapshot was deleted")))?;
-    let blob = state
-        .get()
-        .blobs
-        .local_copy(&key, &state.get().scratch)
-        .await?;
-    let file = tokio::fs::File::open(blob.path())
-        .await
-        .map_err(|e| ApiError::internal("opening a stored snapshot", &e))?;
-    let len = file
-        .metadata()
-        .await
-        .map_err(|e| ApiError::internal("reading a stored snapshot's size", &e))?
-        .len();
-    if i64::try_from(len).ok() != Some(size) {
+    let resp = stream_blob(&state, &key, &format!("snapshot-{}", holder.subject_id)).await?;
+    let len = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i64>().ok());
+    if len != Some(size) {
         tracing::warn!(
             job = id,
-            stored = len,
+            stored = ?len,
             uploaded = size,
             "stored snapshot's size differs from the upload's"
         );
     }
-    // A temporary download is deleted now; the open file stays readable until it is streamed.
-    drop(blob);
-    let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
-    let mut resp = Body::from_stream(stream).into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(resp)
 }
 
