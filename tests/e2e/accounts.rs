@@ -6,41 +6,18 @@
 
 use std::time::Duration;
 
-use oomlens_e2e::server::{TestServer, csrf_in, data_dir, unique, wait_analysed};
+use oomlens_e2e::server::{
+    TestServer, WebUser, csrf_in, data_dir, http, location, set_cookie, unique, wait_analysed,
+};
 use oomlens_e2e::{oomlens_bin, workspace};
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, RequestBuilder, Response, multipart};
-use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::{COOKIE, SET_COOKIE};
 use serde_json::{Value, json};
 
 const SNAP: &str = "engine/tests/data/replay/gpt__baseline__cap10.pickle.gz";
 const SNAP_B: &str = "engine/tests/data/replay/gpt__baseline__full.pickle.gz";
 const LOG: &str = "engine/tests/data/oom/gpt__baseline__tight12.76.txt";
-
-/// A client that does not follow redirects and keeps no cookies (each request says who it is).
-fn http() -> Client {
-    Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(120))
-        .build()
-        .expect("an HTTP client")
-}
-
-fn location(r: &Response) -> String {
-    r.headers()
-        .get(LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string()
-}
-
-fn set_cookie(r: &Response) -> String {
-    r.headers()
-        .get(SET_COOKIE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string()
-}
 
 /// Runs `oomlens admin …` on the server's data directory, with `env` and `stdin`.
 fn admin(
@@ -76,27 +53,8 @@ fn admin(
     )
 }
 
-/// A signed-in web user.
-struct User {
-    email: String,
-    cookie: String,
-    csrf: String,
-}
-
-fn user(s: &TestServer, team: &str, role: &str) -> User {
-    let email = format!("{}@example.com", unique(role));
-    let password = s.user(team, &email, role);
-    let cookie = s.sign_in(&email, &password);
-    let csrf = s.csrf(&cookie);
-    User {
-        email,
-        cookie,
-        csrf,
-    }
-}
-
 /// GET `path` as `u` (or no one): status and body.
-fn get(s: &TestServer, u: Option<&User>, path: &str) -> (StatusCode, String) {
+fn get(s: &TestServer, u: Option<&WebUser>, path: &str) -> (StatusCode, String) {
     let mut req = http().get(s.url(path));
     if let Some(u) = u {
         req = req.header(COOKIE, &u.cookie);
@@ -112,9 +70,9 @@ enum As<'a> {
     /// An API token (`Authorization: Bearer`).
     Token(&'a str),
     /// A session cookie with its CSRF token in `x-csrf-token`.
-    Session(&'a User),
+    Session(&'a WebUser),
     /// A session cookie without a CSRF token.
-    SessionNoCsrf(&'a User),
+    SessionNoCsrf(&'a WebUser),
 }
 
 fn who(req: RequestBuilder, by: As<'_>) -> RequestBuilder {
@@ -365,7 +323,7 @@ fn accounts_sign_in_survive_a_restart_and_sign_out() {
         )),
         "0"
     );
-    let me = User {
+    let me = WebUser {
         email: email.clone(),
         csrf: s.csrf(&cookie),
         cookie,
@@ -534,10 +492,10 @@ fn every_page_and_endpoint_across_two_teams_and_three_roles() {
     let team_b = unique("acct-b");
     let token_a = s.token(&team_a);
     let token_b = s.token(&team_b);
-    let admin_a = user(&s, &team_a, "admin");
-    let member_a = user(&s, &team_a, "member");
-    let viewer_a = user(&s, &team_a, "viewer");
-    let member_b = user(&s, &team_b, "member");
+    let admin_a = s.signed_in_user(&team_a, "admin");
+    let member_a = s.signed_in_user(&team_a, "member");
+    let viewer_a = s.signed_in_user(&team_a, "viewer");
+    let member_b = s.signed_in_user(&team_b, "member");
     let o = make_objects(&s, &token_a);
     let secrets = [
         "secret-a-snap",
@@ -926,11 +884,11 @@ fn every_page_and_endpoint_across_two_teams_and_three_roles() {
 fn invitations_sign_up_once_and_expire() {
     let s = TestServer::start(&[]);
     let team = unique("acct-inv");
-    let admin_u = user(&s, &team, "admin");
-    let viewer_u = user(&s, &team, "viewer");
+    let admin_u = s.signed_in_user(&team, "admin");
+    let viewer_u = s.signed_in_user(&team, "viewer");
 
     // A viewer cannot invite; an admin can (JSON for scripts, a page for the form).
-    let invite = |u: &User, role: &str, json: bool| {
+    let invite = |u: &WebUser, role: &str, json: bool| {
         let mut req = http()
             .post(s.url("/team/invitations"))
             .header(COOKIE, &u.cookie)
@@ -999,7 +957,7 @@ fn invitations_sign_up_once_and_expire() {
     assert_eq!(location(&r), "/snapshots");
     let cookie = set_cookie(&r).split(';').next().unwrap_or("").to_string();
     assert!(cookie.starts_with("oomlens_session="), "{cookie}");
-    let me = User {
+    let me = WebUser {
         email: newcomer.clone(),
         csrf: s.csrf(&cookie),
         cookie,

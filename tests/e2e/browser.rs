@@ -596,21 +596,7 @@ fn browser_a_gpu_verified_post_mortem_hydrates_and_queues_another_replay() {
     );
 
     let chromium = Chromium::launch();
-    let tab = chromium.open(&s.url("/login"));
-    tab.wait_until(
-        "!!document.querySelector('input#password')",
-        PAGE,
-        "the sign-in page",
-    );
-    tab.wait_hydrated(PAGE);
-    tab.type_into("input#email", &email);
-    tab.type_into("input#password", &password);
-    tab.click(SIGN_IN);
-    tab.wait_until(
-        "location.pathname === '/snapshots'",
-        PAGE,
-        "the list after signing in",
-    );
+    let tab = sign_in(&chromium, &s, &email, &password);
     tab.goto(&s.url(&format!("/snapshots/{id}")));
     tab.wait_until(
         "!!document.querySelector('[data-testid=gpu-mark]')",
@@ -723,21 +709,7 @@ fn browser_oom_groups_hydrate_and_a_group_is_marked_resolved() {
     assert!(r.status().is_success(), "{}", r.status());
 
     let chromium = Chromium::launch();
-    let tab = chromium.open(&s.url("/login"));
-    tab.wait_until(
-        "!!document.querySelector('input#password')",
-        PAGE,
-        "the sign-in page",
-    );
-    tab.wait_hydrated(PAGE);
-    tab.type_into("input#email", &email);
-    tab.type_into("input#password", &password);
-    tab.click(SIGN_IN);
-    tab.wait_until(
-        "location.pathname === '/snapshots'",
-        PAGE,
-        "the list after signing in",
-    );
+    let tab = sign_in(&chromium, &s, &email, &password);
     tab.goto(&s.url("/groups"));
     tab.wait_until(
         "!!document.querySelector('[data-testid=groups] tbody tr')",
@@ -786,4 +758,24 @@ fn browser_oom_groups_hydrate_and_a_group_is_marked_resolved() {
     tab.wait_hydrated(PAGE);
     tab.screenshot("group-resolved");
     tab.assert_no_js_errors("on the groups pages");
+}
+
+/// Opens the sign-in page, signs in by typing, and waits for the list it lands on.
+fn sign_in<'a>(chromium: &'a Chromium, s: &TestServer, email: &str, password: &str) -> Tab<'a> {
+    let tab = chromium.open(&s.url("/login"));
+    tab.wait_until(
+        "!!document.querySelector('input#password')",
+        PAGE,
+        "the sign-in page",
+    );
+    tab.wait_hydrated(PAGE);
+    tab.type_into("input#email", email);
+    tab.type_into("input#password", password);
+    tab.click(SIGN_IN);
+    tab.wait_until(
+        "location.pathname === '/snapshots'",
+        PAGE,
+        "the list after signing in",
+    );
+    tab
 }

@@ -4,12 +4,10 @@
 //! activity log in order with its actors; another team's 404s with none of the data; a viewer's
 //! 403s with nothing stored.
 
-use std::time::Duration;
-
-use oomlens_e2e::server::{TestServer, unique};
+use oomlens_e2e::server::{TestServer, WebUser, http, unique};
 use oomlens_e2e::workspace;
 use reqwest::StatusCode;
-use reqwest::blocking::{Client, RequestBuilder, multipart};
+use reqwest::blocking::{RequestBuilder, multipart};
 use reqwest::header::{COOKIE, LOCATION};
 use serde_json::{Value, json};
 
@@ -18,37 +16,10 @@ const SNAP: &str = "engine/tests/data/replay/gpt__baseline__cap10.pickle.gz";
 const XSS: &str = "Look: <script>alert(1)</script> and [x](javascript:alert(1)) and \
                    <img src=x onerror=alert(1)> **bold**";
 
-fn http() -> Client {
-    Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(120))
-        .build()
-        .expect("an HTTP client")
-}
-
-/// A signed-in user: email, cookie, CSRF token.
-struct User {
-    email: String,
-    cookie: String,
-    csrf: String,
-}
-
-fn user(s: &TestServer, team: &str, role: &str) -> User {
-    let email = format!("{}@example.com", unique(role));
-    let password = s.user(team, &email, role);
-    let cookie = s.sign_in(&email, &password);
-    let csrf = s.csrf(&cookie);
-    User {
-        email,
-        cookie,
-        csrf,
-    }
-}
-
 #[derive(Clone, Copy)]
 enum As<'a> {
     Token(&'a str),
-    Session(&'a User),
+    Session(&'a WebUser),
 }
 
 fn who(req: RequestBuilder, by: As<'_>) -> RequestBuilder {
@@ -106,9 +77,9 @@ fn review_status_assignee_labels_comments_and_activity() {
     let team_b = unique("rev-b");
     let token_a = s.token(&team_a);
     let token_b = s.token(&team_b);
-    let member = user(&s, &team_a, "member");
-    let viewer = user(&s, &team_a, "viewer");
-    let outsider = user(&s, &team_b, "member");
+    let member = s.signed_in_user(&team_a, "member");
+    let viewer = s.signed_in_user(&team_a, "viewer");
+    let outsider = s.signed_in_user(&team_b, "member");
 
     let bytes = std::fs::read(workspace().join(SNAP)).expect("snapshot");
     let form = multipart::Form::new()
@@ -416,8 +387,8 @@ fn review_status_assignee_labels_comments_and_activity() {
 
 /// The post-mortem page shows the review, the comments (inert) and the activity; a viewer sees no
 /// forms.
-fn page_checks(s: &TestServer, id: &str, member: &User, viewer: &User) {
-    let page = |u: &User| {
+fn page_checks(s: &TestServer, id: &str, member: &WebUser, viewer: &WebUser) {
+    let page = |u: &WebUser| {
         http()
             .get(s.url(&format!("/snapshots/{id}")))
             .header(COOKIE, &u.cookie)

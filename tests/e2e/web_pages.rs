@@ -5,40 +5,17 @@
 
 use std::time::{Duration, Instant};
 
-use oomlens_e2e::server::{TestServer, unique, wait_analysed};
+use oomlens_e2e::server::{
+    TestServer, http as browser, location, set_cookie, unique, wait_analysed,
+};
 use oomlens_e2e::workspace;
 use oomlens_engine::Bytes;
 use reqwest::StatusCode;
-use reqwest::blocking::{Client, Response, multipart};
-use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::blocking::{Response, multipart};
+use reqwest::header::COOKIE;
 use serde_json::Value;
 
 const SNAP: &str = "engine/tests/data/replay/gpt__baseline__cap10.pickle.gz";
-
-/// A client that does not follow redirects (the tests check them) and keeps no cookies.
-fn browser() -> Client {
-    Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(120))
-        .build()
-        .expect("an HTTP client")
-}
-
-fn location(r: &Response) -> String {
-    r.headers()
-        .get(LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string()
-}
-
-fn set_cookie(r: &Response) -> String {
-    r.headers()
-        .get(SET_COOKIE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string()
-}
 
 /// GET with the session cookie: status and body.
 fn page(s: &TestServer, cookie: &str, path: &str) -> (StatusCode, String) {

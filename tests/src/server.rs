@@ -340,3 +340,57 @@ pub fn wait_analysed(server: &TestServer, token: &str, id: &str) -> Value {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A client that does not follow redirects and keeps no cookies (each request says who it is):
+/// how the page tests see redirects to the sign-in page and post/redirect/get.
+pub fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("an HTTP client")
+}
+
+fn header_of(r: &reqwest::blocking::Response, name: reqwest::header::HeaderName) -> String {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The answer's `Location` ("" when there is none).
+pub fn location(r: &reqwest::blocking::Response) -> String {
+    header_of(r, reqwest::header::LOCATION)
+}
+
+/// The answer's first `Set-Cookie` ("" when there is none).
+pub fn set_cookie(r: &reqwest::blocking::Response) -> String {
+    header_of(r, reqwest::header::SET_COOKIE)
+}
+
+/// A signed-in user of the web pages: email, session cookie, CSRF token.
+#[derive(Debug, Clone)]
+pub struct WebUser {
+    /// The account's email.
+    pub email: String,
+    /// `oomlens_session=…`.
+    pub cookie: String,
+    /// The session's CSRF token.
+    pub csrf: String,
+}
+
+impl TestServer {
+    /// A new user of `team` with `role`, signed in, with the session's CSRF token.
+    pub fn signed_in_user(&self, team: &str, role: &str) -> WebUser {
+        let email = format!("{}@example.com", unique(role));
+        let password = self.user(team, &email, role);
+        let cookie = self.sign_in(&email, &password);
+        let csrf = self.csrf(&cookie);
+        WebUser {
+            email,
+            cookie,
+            csrf,
+        }
+    }
+}
