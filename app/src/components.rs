@@ -92,3 +92,45 @@ pub fn ChartFigure(
         }
     })
 }
+
+/// A page's one object: `found` of it once its resource answers, the `missing` view with status
+/// 404 when the team has none (another team's is the same: nothing of it is shown), or the error
+/// under the heading `title`. The post-mortem, OOM log and group pages share it.
+pub fn found_or_missing<T>(
+    resource: Resource<Result<Option<T>, ServerFnError>>,
+    title: &'static str,
+    found: impl Fn(T) -> AnyView + Clone + Send + Sync + 'static,
+    missing: fn() -> AnyView,
+) -> impl IntoView
+where
+    T: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static,
+{
+    #[cfg(feature = "ssr")]
+    let response = use_context::<leptos_axum::ResponseOptions>();
+    view! {
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || {
+                #[cfg(feature = "ssr")]
+                let response = response.clone();
+                let found = found.clone();
+                Suspend::new(async move {
+                    match resource.await {
+                        Ok(Some(x)) => found(x),
+                        Ok(None) => {
+                            #[cfg(feature = "ssr")]
+                            if let Some(r) = response {
+                                r.set_status(http::StatusCode::NOT_FOUND);
+                            }
+                            missing()
+                        }
+                        Err(e) => view! {
+                            <h1>{title}</h1>
+                            <p class="error" role="alert">{e.to_string()}</p>
+                        }
+                        .into_any(),
+                    }
+                })
+            }}
+        </Suspense>
+    }
+}

@@ -13,7 +13,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 use crate::account::CsrfField;
 use crate::api::{GroupDetail, GroupItem, GroupMember, GroupParts, GroupRef};
 use crate::backend::{list_groups, load_group};
-use crate::components::Layout;
+use crate::components::{Layout, found_or_missing};
 use crate::format::bytes;
 
 /// The list page.
@@ -136,33 +136,21 @@ pub fn GroupPage() -> impl IntoView {
     let query = use_query_map();
     let id = move || params.read().get("id").unwrap_or_default();
     let group = Resource::new(id, load_group);
-    #[cfg(feature = "ssr")]
-    let response = use_context::<leptos_axum::ResponseOptions>();
     view! {
         <Layout>
-            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-                {move || {
-                    #[cfg(feature = "ssr")]
-                    let response = response.clone();
-                    let error = query.read().get("error").filter(|e| !e.trim().is_empty());
-                    Suspend::new(async move {
-                        match group.await {
-                            Ok(Some(g)) => view! { <GroupView g=g error=error/> }.into_any(),
-                            Ok(None) => {
-                                #[cfg(feature = "ssr")]
-                                if let Some(r) = response {
-                                    r.set_status(http::StatusCode::NOT_FOUND);
-                                }
-                                view! { <MissingGroupView/> }.into_any()
-                            }
-                            Err(e) => view! {
-                                <h1>"OOM group"</h1>
-                                <p class="error" role="alert">{e.to_string()}</p>
-                            }.into_any(),
-                        }
-                    })
-                }}
-            </Suspense>
+            {found_or_missing(
+                group,
+                "OOM group",
+                move |g| {
+                    // The form's refusal comes back in the query (post/redirect/get).
+                    let error = query
+                        .read_untracked()
+                        .get("error")
+                        .filter(|e| !e.trim().is_empty());
+                    view! { <GroupView g=g error=error/> }.into_any()
+                },
+                || view! { <MissingGroupView/> }.into_any(),
+            )}
         </Layout>
     }
 }

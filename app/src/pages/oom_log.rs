@@ -8,7 +8,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::api::{OomLog, OomMessageView};
 use crate::backend::load_oom_log;
-use crate::components::Layout;
+use crate::components::{Layout, found_or_missing};
 use crate::format::bytes;
 use crate::pages::groups::GroupLine;
 
@@ -18,32 +18,14 @@ pub fn OomLogPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").unwrap_or_default();
     let log = Resource::new(id, load_oom_log);
-    #[cfg(feature = "ssr")]
-    let response = use_context::<leptos_axum::ResponseOptions>();
     view! {
         <Layout>
-            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-                {move || {
-                    #[cfg(feature = "ssr")]
-                    let response = response.clone();
-                    Suspend::new(async move {
-                        match log.await {
-                            Ok(Some(log)) => view! { <OomLogView log=log/> }.into_any(),
-                            Ok(None) => {
-                                #[cfg(feature = "ssr")]
-                                if let Some(r) = response {
-                                    r.set_status(http::StatusCode::NOT_FOUND);
-                                }
-                                view! { <MissingLogView/> }.into_any()
-                            }
-                            Err(e) => view! {
-                                <h1>"OOM log"</h1>
-                                <p class="error" role="alert">{e.to_string()}</p>
-                            }.into_any(),
-                        }
-                    })
-                }}
-            </Suspense>
+            {found_or_missing(
+                log,
+                "OOM log",
+                |log| view! { <OomLogView log=log/> }.into_any(),
+                || view! { <MissingLogView/> }.into_any(),
+            )}
         </Layout>
     }
 }

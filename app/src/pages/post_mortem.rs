@@ -14,7 +14,7 @@ use crate::api::{
     WhatIfOutcome, WhatIfView,
 };
 use crate::backend::{PostMortemRef, load_post_mortem, load_range_tables};
-use crate::components::{ChartFigure, Layout};
+use crate::components::{ChartFigure, Layout, found_or_missing};
 use crate::format::{bytes, share};
 use crate::pages::gpu::{GpuCellView, GpuSection, ReplayForm, gpu_cell};
 use crate::pages::groups::GroupLine;
@@ -57,32 +57,12 @@ pub fn Loaded(
     pm: Resource<Result<Option<PostMortem>, ServerFnError>>,
     missing: fn() -> AnyView,
 ) -> impl IntoView {
-    #[cfg(feature = "ssr")]
-    let response = use_context::<leptos_axum::ResponseOptions>();
-    view! {
-        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-            {move || {
-                #[cfg(feature = "ssr")]
-                let response = response.clone();
-                Suspend::new(async move {
-                    match pm.await {
-                        Ok(Some(pm)) => view! { <PostMortemView pm=pm/> }.into_any(),
-                        Ok(None) => {
-                            #[cfg(feature = "ssr")]
-                            if let Some(r) = response {
-                                r.set_status(http::StatusCode::NOT_FOUND);
-                            }
-                            missing()
-                        }
-                        Err(e) => view! {
-                            <h1>"Post-mortem"</h1>
-                            <p class="error" role="alert">{e.to_string()}</p>
-                        }.into_any(),
-                    }
-                })
-            }}
-        </Suspense>
-    }
+    found_or_missing(
+        pm,
+        "Post-mortem",
+        |pm| view! { <PostMortemView pm=pm/> }.into_any(),
+        missing,
+    )
 }
 
 /// No such post-mortem in the team (another team's is the same: nothing of it is shown).
